@@ -1,0 +1,1 @@
+"""The node agent: the runtime's complete image list over CRI."""

@@ -1,0 +1,1 @@
+"""The `image-preflight` command line."""

@@ -1,0 +1,3 @@
+from image_preflight.cli import main
+
+raise SystemExit(main())

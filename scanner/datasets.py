@@ -1,0 +1,164 @@
+"""Dataset files in and out: JSONL, JSON (a list of objects) and parquet.
+
+Kept rows are written unchanged (JSONL lines verbatim, parquet with the identical schema),
+atomically, and never over an input.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from image_preflight.errors import UsageError
+
+FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet"}
+
+
+def dataset_format(path: Path) -> str:
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise UsageError(f"{path}: unknown dataset format (expected .jsonl, .json or .parquet)")
+    return fmt
+
+
+@dataclass(slots=True)
+class JsonRows:
+    """Rows of a JSONL or JSON file; `lines` holds each JSONL row's original text."""
+
+    rows: list[dict]
+    lines: list[bytes] | None  # JSONL only
+    line_numbers: list[int] | None  # JSONL only: 1-based line of each row
+
+
+def read_json_rows(path: Path) -> JsonRows:
+    data = _read_bytes(path)
+    if dataset_format(path) == "json":
+        try:
+            rows = json.loads(data)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{path}: not JSON ({_why(exc)})") from None
+        if not isinstance(rows, list):
+            raise UsageError(f"{path}: expected a JSON list of objects, found {type(rows).__name__}")
+        for index, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise UsageError(f"{path}: row {index}: not a JSON object")
+        return JsonRows(rows, None, None)
+    rows, lines, numbers = [], [], []
+    for number, line in enumerate(data.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{path}:{number}: malformed JSON line ({_why(exc)})") from None
+        if not isinstance(row, dict):
+            raise UsageError(f"{path}:{number}: not a JSON object")
+        rows.append(row)
+        lines.append(line)
+        numbers.append(number)
+    return JsonRows(rows, lines, numbers)
+
+
+def read_parquet(path: Path) -> pa.Table:
+    try:
+        return pq.read_table(path)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except (pa.ArrowException, OSError) as exc:
+        raise UsageError(f"{path}: not a readable parquet file ({_why(exc)})") from None
+
+
+def write_json_rows(path: Path, source: JsonRows, keep: Sequence[bool]) -> None:
+    if source.lines is not None:
+        kept = [line for line, ok in zip(source.lines, keep) if ok]
+        payload = b"".join(line + b"\n" for line in kept)
+    else:
+        kept_rows = [row for row, ok in zip(source.rows, keep) if ok]
+        payload = (json.dumps(kept_rows, ensure_ascii=False, indent=2) + "\n").encode()
+    with atomic_path(path) as tmp:
+        Path(tmp).write_bytes(payload)
+
+
+def write_parquet(path: Path, table: pa.Table, mask: pa.Array, *, like: Path) -> None:
+    kept = table.filter(mask)
+    compression = _compression_of(like)
+    with atomic_path(path) as tmp:
+        pq.write_table(kept, tmp, compression=compression)
+
+
+def _compression_of(path: Path) -> str:
+    try:
+        meta = pq.ParquetFile(path).metadata
+        if meta.num_row_groups and meta.num_columns:
+            codec = meta.row_group(0).column(0).compression
+            return "none" if codec == "UNCOMPRESSED" else codec.lower()
+    except (pa.ArrowException, OSError):
+        pass
+    return "snappy"
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[str]:
+    """A temporary path beside `path` that replaces it only once fully written."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        yield tmp
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    try:
+        with atomic_path(path) as tmp:
+            Path(tmp).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write ({_why(exc)})") from None
+
+
+def output_paths(inputs: Sequence[Path], out_dir: Path, *, extra: Sequence[Path] = ()) -> list[Path]:
+    """Where each input's kept rows go; refuses to write over any input or twice to one file."""
+    outputs = [out_dir / p.name for p in inputs]
+    protected = {_identity(p) for p in [*inputs, *extra]}
+    seen: set = set()
+    for source, target in zip(inputs, outputs):
+        ident = _identity(target)
+        if ident in protected:
+            raise UsageError(f"{target}: would overwrite an input; choose another --out-dir")
+        if ident in seen:
+            raise UsageError(f"{source}: another input has the same file name {source.name!r} for {out_dir}")
+        seen.add(ident)
+    return outputs
+
+
+def _identity(path: Path) -> object:
+    try:
+        stat = path.stat()
+        return (stat.st_dev, stat.st_ino)
+    except OSError:
+        return os.path.abspath(path)
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read ({_why(exc)})") from None
+
+
+def _why(exc: BaseException) -> str:
+    text = getattr(exc, "strerror", None) or str(exc)
+    return " ".join(text.split())[:200]
+

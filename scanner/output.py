@@ -1,0 +1,93 @@
+"""What a scan tells the user: a summary table, the JSON report, the build list."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from scanner.datasets import write_text_atomic
+from scanner.judge import DROP_REASONS
+from scanner.scan import ScanResult
+
+MAX_IMAGES_SHOWN = 20
+MAX_ROWS_SHOWN = 20
+
+
+def print_summary(result: ScanResult, console: Console) -> None:
+    table = Table(title="image-preflight scan", title_justify="left")
+    table.add_column("file")
+    for header in ("rows", "kept", *DROP_REASONS):
+        table.add_column(header, justify="right")
+    for file in result.files:
+        counts = file.dropped_by_reason()
+        table.add_row(str(file.path), str(file.rows), str(file.kept), *(str(counts.get(r, 0)) for r in DROP_REASONS))
+    console.print(table)
+    missing = result.missing_images()
+    if missing:
+        images = Table(title="missing images (build or load these on the node)", title_justify="left")
+        images.add_column("image")
+        images.add_column("rows", justify="right")
+        for image, rows in missing.most_common(MAX_IMAGES_SHOWN):
+            images.add_row(image, str(rows))
+        console.print(images)
+        if len(missing) > MAX_IMAGES_SHOWN:
+            console.print(f"... and {len(missing) - MAX_IMAGES_SHOWN} more (see --missing-images)")
+    _print_dropped_rows(result, console)
+    for file in result.files:
+        if file.output is not None:
+            console.print(f"wrote {file.kept} kept rows to {file.output}")
+
+
+def _print_dropped_rows(result: ScanResult, console: Console) -> None:
+    """The first dropped rows, one line each (all of them are in --report)."""
+    rows = [row for file in result.files for row in file.dropped]
+    for row in rows[:MAX_ROWS_SHOWN]:
+        where = f"{row.file}:{row.line}" if row.line else f"{row.file} row {row.row}"
+        what = ", ".join(row.verdict.images) or row.verdict.detail
+        if row.verdict.nodes:
+            what += f" (not on {', '.join(row.verdict.nodes[:3])}{' ...' if len(row.verdict.nodes) > 3 else ''})"
+        elif row.verdict.detail and row.verdict.images:
+            what += f" ({row.verdict.detail})"
+        console.print(f"dropped {where}: {row.verdict.reason}: {what}", markup=False, highlight=False)
+    if len(rows) > MAX_ROWS_SHOWN:
+        console.print(f"... and {len(rows) - MAX_ROWS_SHOWN} more dropped rows (see --report)")
+
+
+def report_document(result: ScanResult) -> dict:
+    return {
+        "files": [
+            {
+                "file": str(f.path),
+                "rows": f.rows,
+                "kept": f.kept,
+                "dropped": {reason: f.dropped_by_reason().get(reason, 0) for reason in DROP_REASONS},
+                "output": str(f.output) if f.output else None,
+            }
+            for f in result.files
+        ],
+        "dropped": [
+            {
+                "file": row.file,
+                "row": row.row,
+                **({"line": row.line} if row.line else {}),
+                "reason": row.verdict.reason,
+                "images": list(row.verdict.images),
+                "nodes": list(row.verdict.nodes),
+                **({"detail": row.verdict.detail} if row.verdict.detail else {}),
+            }
+            for f in result.files
+            for row in f.dropped
+        ],
+        "missing_images": [{"image": image, "rows": rows} for image, rows in result.missing_images().most_common()],
+    }
+
+
+def write_report(path: Path, result: ScanResult) -> None:
+    write_text_atomic(path, json.dumps(report_document(result), indent=2) + "\n")
+
+
+def write_missing_images(path: Path, result: ScanResult) -> None:
+    write_text_atomic(path, "".join(f"{image}\n" for image in sorted(result.missing_images())))

@@ -1,0 +1,138 @@
+"""Scan dataset files: judge every row, write the kept ones, account for every dropped one."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from image_preflight.errors import UsageError
+from scanner import datasets
+from scanner.judge import MISSING_IMAGE, RowJudge, RowVerdict
+from scanner.parquet_inputs import distinct_inputs
+
+Progress = Callable[[int], None]  # called with the number of rows just judged
+
+
+@dataclass(frozen=True, slots=True)
+class DroppedRow:
+    file: str
+    row: int  # 0-based index among the file's rows
+    line: int | None  # JSONL line number
+    verdict: RowVerdict
+
+
+@dataclass(slots=True)
+class FileResult:
+    path: Path
+    rows: int
+    dropped: list[DroppedRow]
+    output: Path | None = None
+
+    @property
+    def kept(self) -> int:
+        return self.rows - len(self.dropped)
+
+    def dropped_by_reason(self) -> Counter:
+        return Counter(d.verdict.reason for d in self.dropped)
+
+
+@dataclass(slots=True)
+class ScanResult:
+    files: list[FileResult] = field(default_factory=list)
+    renders: int = 0
+
+    @property
+    def dropped(self) -> int:
+        return sum(len(f.dropped) for f in self.files)
+
+    def missing_images(self) -> Counter:
+        """Distinct missing images with the number of rows each one drops."""
+        counts: Counter = Counter()
+        for result in self.files:
+            for row in result.dropped:
+                if row.verdict.reason == MISSING_IMAGE:
+                    counts.update(row.verdict.images)
+        return counts
+
+
+def scan(
+    paths: Sequence[Path], judge: RowJudge, *, out_dir: Path | None = None, progress: Progress | None = None
+) -> ScanResult:
+    for path in paths:
+        datasets.dataset_format(path)
+    outputs = datasets.output_paths(paths, out_dir) if out_dir is not None else [None] * len(paths)
+    result = ScanResult()
+    for path, output in zip(paths, outputs):
+        result.files.append(scan_file(path, judge, output=output, progress=progress))
+    result.renders = judge.renders
+    return result
+
+
+def scan_file(path: Path, judge: RowJudge, *, output: Path | None = None, progress: Progress | None = None) -> FileResult:
+    if datasets.dataset_format(path) == "parquet":
+        return _scan_parquet(path, judge, output, progress)
+    return _scan_json(path, judge, output, progress)
+
+
+def _scan_json(path: Path, judge: RowJudge, output: Path | None, progress: Progress | None) -> FileResult:
+    source = datasets.read_json_rows(path)
+    if not source.rows:
+        raise UsageError(f"{path}: no rows")
+    keep, dropped = [], []
+    for index, row in enumerate(source.rows):
+        verdict = judge.judge(row)
+        keep.append(verdict.kept)
+        if not verdict.kept:
+            line = source.line_numbers[index] if source.line_numbers else None
+            dropped.append(DroppedRow(str(path), index, line, verdict))
+        if progress and index % 1024 == 1023:
+            progress(1024)
+    if progress:
+        progress(len(source.rows) % 1024)
+    if output is not None:
+        datasets.write_json_rows(output, source, keep)
+    return FileResult(path, len(source.rows), dropped, output)
+
+
+def _scan_parquet(path: Path, judge: RowJudge, output: Path | None, progress: Progress | None) -> FileResult:
+    table = datasets.read_parquet(path)
+    if table.num_rows == 0:
+        raise UsageError(f"{path}: no rows")
+    inputs = distinct_inputs(table, judge.template.paths)
+    if inputs is not None:
+        verdicts = [judge.judge(row) for row in inputs.rows]
+        keep_group = np.fromiter((v.kept for v in verdicts), dtype=bool, count=len(verdicts))
+        keep = keep_group[inputs.group_of_row]
+        dropped = [
+            DroppedRow(str(path), int(i), None, verdicts[inputs.group_of_row[i]]) for i in np.flatnonzero(~keep)
+        ]
+    else:
+        keep, dropped = _judge_row_by_row(table, judge, path)
+    if progress:
+        progress(table.num_rows)
+    if output is not None:
+        datasets.write_parquet(output, table, pa.array(keep, type=pa.bool_()), like=path)
+    return FileResult(path, table.num_rows, dropped, output)
+
+
+def _judge_row_by_row(table: pa.Table, judge: RowJudge, path: Path) -> tuple[np.ndarray, list[DroppedRow]]:
+    paths = judge.template.paths
+    if paths is not None:
+        wanted = {p[0] for p in paths if isinstance(p[0], str)} & set(table.column_names)
+        table = table.select([c for c in table.column_names if c in wanted])
+    keep = np.ones(table.num_rows, dtype=bool)
+    dropped = []
+    offset = 0
+    for batch in table.to_batches(max_chunksize=65536):
+        for index, row in enumerate(batch.to_pylist(), start=offset):
+            verdict = judge.judge(row)
+            if not verdict.kept:
+                keep[index] = False
+                dropped.append(DroppedRow(str(path), index, None, verdict))
+        offset += batch.num_rows
+    return keep, dropped

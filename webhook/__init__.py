@@ -1,0 +1,1 @@
+"""The image-readiness core (pure, no I/O) and the admission webhook built on it."""

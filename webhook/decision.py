@@ -1,0 +1,115 @@
+"""The verdict: can a pod spec's node-local images be found where the pod may land?"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from webhook.images import InvalidReference
+from webhook.inventory import Inventory, NodeImages, image_key
+from webhook.scheduling import PodPlacement, unschedulable_reason
+from webhook.workloads import ContainerImage, container_images
+
+# Image statuses.
+PRESENT, MISSING, UNKNOWN, NOT_CHECKED, INVALID = "present", "missing", "unknown", "not-checked", "invalid"
+# Outcomes.
+ALLOW, DENY, NO_ELIGIBLE_NODE = "allow", "deny", "no-eligible-node"  # and UNKNOWN
+REQUIRE_ALL, REQUIRE_ANY = "all", "any"
+
+
+@dataclass(frozen=True, slots=True)
+class ImageVerdict:
+    image: ContainerImage
+    status: str
+    key: str | None = None  # the name compared against node inventories
+    missing_on: tuple[str, ...] = ()  # eligible nodes known to lack it
+    unknown_on: tuple[str, ...] = ()  # eligible nodes whose list proves nothing
+    detail: str = ""  # why it is invalid
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    outcome: str
+    verdicts: tuple[ImageVerdict, ...]
+    eligible: tuple[str, ...]  # nodes the pod may land on
+    ineligible: tuple[tuple[str, int], ...] = ()  # (scheduler reason, node count)
+
+    def with_status(self, status: str) -> list[ImageVerdict]:
+        return [v for v in self.verdicts if v.status == status]
+
+
+def eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list[NodeImages], Counter]:
+    eligible, reasons = [], Counter()
+    for node in inventory.nodes:
+        # Traits unknown (a single-node snapshot): the pod may land there.
+        reason = None if node.traits is None else unschedulable_reason(placement, node.traits)
+        if reason is None:
+            eligible.append(node)
+        else:
+            reasons[reason] += 1
+    return eligible, reasons
+
+
+def decide(
+    spec: Mapping, inventory: Inventory, *, require: str = REQUIRE_ALL, now: float | None = None
+) -> Decision:
+    """Raises WorkloadError or SchedulingSpecError when the spec cannot be read."""
+    return decide_images(container_images(spec), PodPlacement.from_pod_spec(spec), inventory, require=require, now=now)
+
+
+def decide_images(
+    images: Sequence[ContainerImage],
+    placement: PodPlacement,
+    inventory: Inventory,
+    *,
+    require: str = REQUIRE_ALL,
+    now: float | None = None,
+) -> Decision:
+    if require not in (REQUIRE_ALL, REQUIRE_ANY):
+        raise ValueError(f"require: {require!r} is neither 'all' nor 'any'")
+    nodes, reasons = eligible_nodes(placement, inventory)
+    verdicts = tuple(_verdict(image, nodes, require, now) for image in images)
+    return Decision(
+        _outcome(verdicts, bool(nodes)),
+        verdicts,
+        tuple(n.node for n in nodes),
+        tuple(sorted(reasons.items())),
+    )
+
+
+def _verdict(image: ContainerImage, nodes: list[NodeImages], require: str, now: float | None) -> ImageVerdict:
+    try:
+        key = image_key(image.image)
+    except InvalidReference as exc:
+        # Whatever the policy, the kubelet leaves such a container in InvalidImageName.
+        return ImageVerdict(image, INVALID, detail=str(exc))
+    if not image.node_dependent:
+        return ImageVerdict(image, NOT_CHECKED, key)
+    if not nodes:
+        return ImageVerdict(image, UNKNOWN, key)
+    holders, missing, unknown = 0, [], []
+    for node in nodes:
+        if node.holds(key):
+            holders += 1
+        elif node.conclusive(now):
+            missing.append(node.node)
+        else:
+            unknown.append(node.node)
+    if require == REQUIRE_ALL:
+        # The pod may land on any eligible node, so one that lacks the image is enough to fail.
+        status = MISSING if missing else UNKNOWN if unknown else PRESENT
+    else:
+        status = PRESENT if holders else UNKNOWN if unknown else MISSING
+    return ImageVerdict(image, status, key, tuple(missing), tuple(unknown))
+
+
+def _outcome(verdicts: tuple[ImageVerdict, ...], any_eligible: bool) -> str:
+    statuses = {v.status for v in verdicts}
+    if INVALID in statuses:
+        return DENY
+    if not any_eligible and statuses - {NOT_CHECKED}:
+        return NO_ELIGIBLE_NODE
+    if MISSING in statuses:
+        return DENY
+    return UNKNOWN if UNKNOWN in statuses else ALLOW

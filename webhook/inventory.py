@@ -1,0 +1,101 @@
+"""What each node holds: its image names, whether that list is complete, and how fresh it is."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from webhook.images import InvalidReference, docker_ref
+from webhook.scheduling import NodeTraits
+
+DEFAULT_MAX_IMAGES = 50  # KubeletConfiguration.nodeStatusMaxImages
+NAMES_PER_IMAGE = 5  # the kubelet lists at most this many names per image in node status
+
+
+def image_key(image: str) -> str:
+    """The name a runtime resolves `image` by (ParseDockerRef): what node names are compared on.
+
+    Raises InvalidReference, as the kubelet would leave the container in InvalidImageName.
+    """
+    return docker_ref(image)
+
+
+def _keys(names: Iterable[str]) -> frozenset[str]:
+    keys = set()
+    for name in names:
+        try:
+            # Interned: 200 nodes holding the same 5,000 images share one string each.
+            keys.add(sys.intern(image_key(name)))
+        except InvalidReference:
+            continue  # a runtime name such as "<none>:<none>"; no container can ask for it
+    return frozenset(keys)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeImages:
+    """One node's images as last observed."""
+
+    node: str
+    traits: NodeTraits | None  # None: scheduling traits unknown, so every pod may land here
+    refs: frozenset[str]  # image_key() of every tag and repo digest
+    ids: frozenset[str] = frozenset()  # image IDs ("sha256:...")
+    complete: bool = True  # False: an absent name proves nothing
+    observed_at: float | None = None  # epoch seconds
+    expires_at: float | None = None  # after this the list is stale and proves nothing
+    source: str = "snapshot"
+
+    @classmethod
+    def from_names(
+        cls,
+        node: str,
+        names: Iterable[str],
+        *,
+        ids: Iterable[str] = (),
+        traits: NodeTraits | None = None,
+        **kwargs,
+    ) -> NodeImages:
+        return cls(node, traits, _keys(names), frozenset(sys.intern(i) for i in ids), **kwargs)
+
+    def holds(self, key: str) -> bool:
+        return key in self.refs or key in self.ids
+
+    def conclusive(self, now: float | None) -> bool:
+        """Whether an absent name here means the node lacks the image."""
+        if not self.complete:
+            return False
+        return self.expires_at is None or now is None or now < self.expires_at
+
+
+@dataclass(frozen=True, slots=True)
+class Inventory:
+    nodes: tuple[NodeImages, ...] = ()
+    _by_name: Mapping[str, NodeImages] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_name", {n.node: n for n in self.nodes})
+
+    def get(self, node: str) -> NodeImages | None:
+        return self._by_name.get(node)
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def merged(self, overrides: Iterable[NodeImages]) -> Inventory:
+        """This inventory with `overrides` taking the place of same-named nodes.
+
+        A complete list (from the runtime) replaces node status' capped one, but keeps the
+        node's scheduling traits when it carries none of its own.
+        """
+        by_name = dict(self._by_name)
+        for node in overrides:
+            old = by_name.get(node.node)
+            if old is not None and node.traits is None:
+                node = replace(node, traits=old.traits)
+            by_name[node.node] = node
+        return Inventory(tuple(by_name.values()))
+
+    @property
+    def image_count(self) -> int:
+        return sum(len(n.refs) for n in self.nodes)
+

@@ -1,0 +1,378 @@
+"""Which nodes a pod can land on, decided as kube-scheduler's filter plugins decide it.
+
+Covers NodeUnschedulable, NodeName, TaintToleration and NodeAffinity, checked in the
+scheduler's default plugin order; the first plugin that rejects a node gives the reason,
+worded as kube-scheduler words it. Matching follows k8s.io/component-helpers
+(scheduling/corev1 and its nodeaffinity package) and k8s.io/apimachinery labels.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+NO_SCHEDULE = "NoSchedule"
+PREFER_NO_SCHEDULE = "PreferNoSchedule"
+NO_EXECUTE = "NoExecute"
+TAINT_UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
+
+REASON_UNSCHEDULABLE = "node(s) were unschedulable"
+REASON_NODE_NAME = "node(s) didn't match the requested node name"
+REASON_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
+
+_REQUIRED_PATH = ".affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+
+
+class SchedulingSpecError(ValueError):
+    """A pod spec or node object whose scheduling fields cannot be read (wrong types)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = ""  # NoSchedule | PreferNoSchedule | NoExecute
+
+
+_UNSCHEDULABLE_TAINT = Taint(TAINT_UNSCHEDULABLE, "", NO_SCHEDULE)
+
+
+@dataclass(frozen=True, slots=True)
+class Toleration:
+    key: str = ""  # empty: every key
+    operator: str = ""  # empty means Equal
+    value: str = ""
+    effect: str = ""  # empty: every effect
+
+    def tolerates(self, taint: Taint) -> bool:
+        """Toleration.ToleratesTaint from k8s.io/api/core/v1."""
+        if self.effect and self.effect != taint.effect:
+            return False
+        if self.key and self.key != taint.key:
+            return False
+        if self.operator in ("", "Equal"):
+            return self.value == taint.value
+        # Exists ignores the value (the apiserver rejects Exists with a value). Lt/Gt sit behind an
+        # alpha feature gate that is off by default, so like any other operator they tolerate nothing.
+        return self.operator == "Exists"
+
+
+def _tolerated(tolerations: tuple[Toleration, ...], taint: Taint) -> bool:
+    for toleration in tolerations:
+        if toleration.tolerates(taint):
+            return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class NodeTraits:
+    """The parts of a Node the filters read."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)  # read-only copy
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+        object.__setattr__(self, "taints", tuple(self.taints))
+
+    @classmethod
+    def from_node(cls, node: Mapping) -> NodeTraits:
+        """From a Node object as the API serves it; absent or null fields take their zero value."""
+        if not isinstance(node, Mapping):
+            raise SchedulingSpecError(f"node: expected a mapping, got {type(node).__name__}")
+        meta = _get(node, "metadata", Mapping, "node: metadata", {})
+        name = _get(meta, "name", str, "node: metadata.name", "")
+        where = f"node {name}: " if name else "node: "
+        labels = _string_map(meta, "labels", where + "metadata.labels")
+        spec = _get(node, "spec", Mapping, where + "spec", {})
+        taints = tuple(
+            Taint(
+                _get(item, "key", str, path + ".key", ""),
+                _get(item, "value", str, path + ".value", ""),
+                _get(item, "effect", str, path + ".effect", ""),
+            )
+            for path, item in _items(spec, "taints", where + "spec.taints")
+        )
+        unschedulable = _get(spec, "unschedulable", bool, where + "spec.unschedulable", False)
+        return cls(name, labels, taints, unschedulable)
+
+
+@dataclass(frozen=True, slots=True)
+class LabelRequirement:
+    """One valid matchExpressions entry."""
+
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: frozenset[str] = frozenset()  # In, NotIn
+    bound: int = 0  # Gt, Lt
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        op = self.operator
+        if op == "Exists":
+            return self.key in labels
+        if op == "DoesNotExist":
+            return self.key not in labels
+        value = labels.get(self.key)
+        if op == "In":
+            return value is not None and value in self.values
+        if op == "NotIn":
+            return value is None or value not in self.values
+        number = None if value is None else _parse_int64(value)
+        if number is None:  # absent or not an integer: Gt/Lt never match
+            return False
+        return number > self.bound if op == "Gt" else number < self.bound
+
+
+@dataclass(frozen=True, slots=True)
+class FieldRequirement:
+    """One valid matchFields entry: In or NotIn with exactly one value."""
+
+    key: str
+    operator: str  # In | NotIn
+    value: str
+
+    def matches(self, node_name: str) -> bool:
+        # The scheduler exposes only metadata.name; any other key reads as "" (the apiserver
+        # rejects other keys, so they do not occur in admitted objects).
+        got = node_name if self.key == "metadata.name" else ""
+        return (got == self.value) == (self.operator == "In")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSelectorTerm:
+    """A valid, non-empty nodeSelectorTerm: all its requirements must hold."""
+
+    match_expressions: tuple[LabelRequirement, ...] = ()
+    match_fields: tuple[FieldRequirement, ...] = ()
+
+    def matches(self, node: NodeTraits) -> bool:
+        labels = node.labels
+        for requirement in self.match_expressions:
+            if not requirement.matches(labels):
+                return False
+        # Upstream skips matchFields for a node without a name.
+        if node.name:
+            for requirement in self.match_fields:
+                if not requirement.matches(node.name):
+                    return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class PodPlacement:
+    """The scheduling-relevant part of a pod spec, parsed once."""
+
+    node_name: str | None = None
+    node_selector: Mapping[str, str] = field(default_factory=dict, hash=False)  # read-only copy
+    # None: no required node affinity. Otherwise the valid non-empty terms, ORed; () matches nothing.
+    required_terms: tuple[NodeSelectorTerm, ...] | None = None
+    tolerations: tuple[Toleration, ...] = ()
+    # Why terms were dropped: kube-scheduler treats a term with an invalid requirement
+    # (LazyErrorNodeSelector parse error) as matching no node instead of failing the pod.
+    term_errors: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "node_selector", MappingProxyType(dict(self.node_selector)))
+        object.__setattr__(self, "tolerations", tuple(self.tolerations))
+        if self.required_terms is not None:
+            object.__setattr__(self, "required_terms", tuple(self.required_terms))
+
+    @classmethod
+    def from_pod_spec(cls, spec: Mapping, *, path: str = "spec") -> PodPlacement:
+        """Parse a PodSpec; `path` names it in errors (e.g. "spec.template.spec" for a Job).
+
+        Raises SchedulingSpecError only for fields of the wrong type, which the apiserver
+        could not decode either. Invalid but readable selectors are kept as upstream keeps
+        them: the affected term matches no node, and its problems land in term_errors.
+        """
+        if not isinstance(spec, Mapping):
+            raise SchedulingSpecError(f"{path}: expected a mapping, got {type(spec).__name__}")
+        node_name = _get(spec, "nodeName", str, path + ".nodeName", "") or None
+        node_selector = _string_map(spec, "nodeSelector", path + ".nodeSelector")
+        tolerations = tuple(_toleration(item, p) for p, item in _items(spec, "tolerations", path + ".tolerations"))
+        affinity = _get(spec, "affinity", Mapping, path + ".affinity", {})
+        node_affinity = _get(affinity, "nodeAffinity", Mapping, path + ".affinity.nodeAffinity", {})
+        required = _get(
+            node_affinity, "requiredDuringSchedulingIgnoredDuringExecution", Mapping, path + _REQUIRED_PATH, None
+        )
+        terms: tuple[NodeSelectorTerm, ...] | None = None
+        errors: list[str] = []
+        if required is not None:
+            terms = _compile_terms(required, path + _REQUIRED_PATH, errors)
+        return cls(node_name, node_selector, terms, tolerations, tuple(errors))
+
+
+def unschedulable_reason(placement: PodPlacement, node: NodeTraits) -> str | None:
+    """None when the pod can land on the node, else kube-scheduler's reason for the first failing filter."""
+    tolerations = placement.tolerations
+    # NodeUnschedulable: a pod tolerating the unschedulable taint also tolerates spec.unschedulable.
+    if node.unschedulable and not _tolerated(tolerations, _UNSCHEDULABLE_TAINT):
+        return REASON_UNSCHEDULABLE
+    if placement.node_name is not None and placement.node_name != node.name:
+        return REASON_NODE_NAME
+    for taint in node.taints:
+        # PreferNoSchedule only lowers a node's score; it never filters.
+        if (taint.effect == NO_SCHEDULE or taint.effect == NO_EXECUTE) and not _tolerated(tolerations, taint):
+            return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
+    if not _affinity_matches(placement, node):
+        return REASON_AFFINITY
+    return None
+
+
+def eligible_nodes(placement: PodPlacement, nodes: Iterable[NodeTraits]) -> list[NodeTraits]:
+    return [node for node in nodes if unschedulable_reason(placement, node) is None]
+
+
+def _affinity_matches(placement: PodPlacement, node: NodeTraits) -> bool:
+    labels = node.labels
+    for key, value in placement.node_selector.items():
+        if labels.get(key) != value:
+            return False
+    terms = placement.required_terms
+    if terms is None:
+        return True
+    for term in terms:
+        if term.matches(node):
+            return True
+    return False
+
+
+# --- parsing -------------------------------------------------------------------------------------
+
+_LABEL_OPERATORS = frozenset({"In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"})
+# k8s.io/apimachinery/pkg/util/validation: IsQualifiedName, IsDNS1123Subdomain, IsValidLabelValue.
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_DECIMAL = re.compile(r"[+-]?[0-9]+")  # what Go's strconv.ParseInt(s, 10, 64) accepts
+_KINDS = {str: "a string", Mapping: "a mapping", bool: "true or false", (list, tuple): "a list"}
+
+
+def _check(value: Any, kind: Any, path: str, default: Any) -> Any:
+    """`value` if of `kind`; null reads as `default`, the zero value the apiserver decodes it to."""
+    if value is None:
+        return default
+    if not isinstance(value, kind):
+        raise SchedulingSpecError(f"{path}: expected {_KINDS[kind]}, got {type(value).__name__}")
+    return value
+
+
+def _get(obj: Mapping, key: str, kind: Any, path: str, default: Any) -> Any:
+    return _check(obj.get(key), kind, path, default)
+
+
+def _string_map(obj: Mapping, key: str, path: str) -> dict[str, str]:
+    found = _get(obj, key, Mapping, path, {})
+    for k, v in found.items():
+        if not isinstance(k, str):
+            raise SchedulingSpecError(f"{path}: key {k!r}: expected a string, got {type(k).__name__}")
+        if not isinstance(v, str):
+            raise SchedulingSpecError(f"{path}.{k}: expected a string, got {type(v).__name__}")
+    return dict(found)
+
+
+def _string_list(obj: Mapping, key: str, path: str) -> list[str]:
+    found = _get(obj, key, (list, tuple), path, ())
+    for i, item in enumerate(found):
+        if not isinstance(item, str):
+            raise SchedulingSpecError(f"{path}[{i}]: expected a string, got {type(item).__name__}")
+    return list(found)
+
+
+def _items(obj: Mapping, key: str, path: str) -> list[tuple[str, Mapping]]:
+    """List entries with their paths."""
+    found = _get(obj, key, (list, tuple), path, ())
+    return [(f"{path}[{i}]", _check(item, Mapping, f"{path}[{i}]", {})) for i, item in enumerate(found)]
+
+
+def _toleration(item: Mapping, path: str) -> Toleration:
+    return Toleration(
+        _get(item, "key", str, path + ".key", ""),
+        _get(item, "operator", str, path + ".operator", ""),
+        _get(item, "value", str, path + ".value", ""),
+        _get(item, "effect", str, path + ".effect", ""),
+    )
+
+
+def _parse_int64(text: str) -> int | None:
+    if not _DECIMAL.fullmatch(text):
+        return None
+    number = int(text)
+    return number if -(2**63) <= number < 2**63 else None
+
+
+def _is_label_key(key: str) -> bool:
+    prefix, slash, name = key.rpartition("/")
+    if slash and (not prefix or "/" in prefix or len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)):
+        return False
+    return 0 < len(name) <= 63 and _QUALIFIED_NAME.fullmatch(name) is not None
+
+
+def _is_label_value(value: str) -> bool:
+    return len(value) <= 63 and _LABEL_VALUE.fullmatch(value) is not None
+
+
+def _compile_terms(required: Mapping, path: str, errors: list[str]) -> tuple[NodeSelectorTerm, ...]:
+    terms = []
+    for term_path, term in _items(required, "nodeSelectorTerms", path + ".nodeSelectorTerms"):
+        expressions = _items(term, "matchExpressions", term_path + ".matchExpressions")
+        fields = _items(term, "matchFields", term_path + ".matchFields")
+        if not expressions and not fields:
+            continue  # an empty term selects no node
+        term_errors: list[str] = []
+        labels = [_label_requirement(e, p, term_errors) for p, e in expressions]
+        field_reqs = [_field_requirement(e, p, term_errors) for p, e in fields]
+        if term_errors:
+            errors.extend(term_errors)
+            continue  # one invalid requirement makes the whole term match nothing
+        terms.append(NodeSelectorTerm(tuple(labels), tuple(field_reqs)))
+    return tuple(terms)
+
+
+def _label_requirement(expr: Mapping, path: str, errors: list[str]) -> LabelRequirement | None:
+    """labels.NewRequirement's checks; problems go to `errors`."""
+    key = _get(expr, "key", str, path + ".key", "")
+    op = _get(expr, "operator", str, path + ".operator", "")
+    values = _string_list(expr, "values", path + ".values")
+    if op not in _LABEL_OPERATORS:
+        errors.append(f"{path}.operator: {op!r} is not supported")
+        return None
+    found = len(errors)
+    if not _is_label_key(key):
+        errors.append(f"{path}.key: {key!r} is not a valid label key")
+    if op in ("In", "NotIn") and not values:
+        errors.append(f"{path}.values: must not be empty for '{op}'")
+    elif op in ("Exists", "DoesNotExist") and values:
+        errors.append(f"{path}.values: must be empty for '{op}'")
+    elif op in ("Gt", "Lt"):
+        if len(values) != 1:
+            errors.append(f"{path}.values: '{op}' takes exactly one value, got {len(values)}")
+        for i, value in enumerate(values):
+            if _parse_int64(value) is None:
+                errors.append(f"{path}.values[{i}]: {value!r} is not an integer")
+    for i, value in enumerate(values):
+        if not _is_label_value(value):
+            errors.append(f"{path}.values[{i}]: {value!r} is not a valid label value")
+    if len(errors) > found:
+        return None
+    if op in ("Gt", "Lt"):
+        return LabelRequirement(key, op, bound=int(values[0]))
+    return LabelRequirement(key, op, frozenset(values))
+
+
+def _field_requirement(expr: Mapping, path: str, errors: list[str]) -> FieldRequirement | None:
+    key = _get(expr, "key", str, path + ".key", "")
+    op = _get(expr, "operator", str, path + ".operator", "")
+    values = _string_list(expr, "values", path + ".values")
+    if op not in ("In", "NotIn"):
+        errors.append(f"{path}.operator: {op!r} is not supported for matchFields")
+        return None
+    if len(values) != 1:
+        errors.append(f"{path}.values: must have one element, got {len(values)}")
+        return None
+    return FieldRequirement(key, op, values[0])

@@ -1,0 +1,99 @@
+"""The pod spec inside a workload object, and the images its containers would pull."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from webhook.images import InvalidReference, parse_normalized
+
+ALWAYS, IF_NOT_PRESENT, NEVER = "Always", "IfNotPresent", "Never"
+PULL_POLICIES = (ALWAYS, IF_NOT_PRESENT, NEVER)
+CONTAINER_FIELDS = ("initContainers", "containers", "ephemeralContainers")
+
+# Where each kind keeps its pod spec (apps/v1, batch/v1, core/v1).
+_POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
+    "Pod": ("spec",),
+    "PodTemplate": ("template", "spec"),
+    "Job": ("spec", "template", "spec"),
+    "Deployment": ("spec", "template", "spec"),
+    "StatefulSet": ("spec", "template", "spec"),
+    "DaemonSet": ("spec", "template", "spec"),
+    "ReplicaSet": ("spec", "template", "spec"),
+    "ReplicationController": ("spec", "template", "spec"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+}
+WORKLOAD_KINDS = frozenset(_POD_SPEC_PATHS)
+
+
+class WorkloadError(ValueError):
+    """The object cannot be read as a workload; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerImage:
+    container: str  # container name
+    field: str  # "containers", "initContainers" or "ephemeralContainers"
+    image: str  # as written in the spec
+    pull_policy: str  # effective policy: declared, or defaulted as the apiserver does
+
+    @property
+    def node_dependent(self) -> bool:
+        """Only IfNotPresent and Never consult what the node already holds."""
+        return self.pull_policy != ALWAYS
+
+
+def default_pull_policy(image: str) -> str:
+    """The apiserver's defaulting: Always for ':latest' or no tag, else IfNotPresent.
+
+    Mirrors pkg/apis/core/v1/defaults.go, which looks at the tag parsed by
+    ParseNormalizedNamed ('img:latest@sha256:...' is Always; 'img@sha256:...' is not).
+    It ignores parse errors: an unparseable image has tag "" and gets IfNotPresent.
+    """
+    try:
+        ref = parse_normalized(image)
+    except InvalidReference:
+        return IF_NOT_PRESENT
+    if ref.tag == "latest" or (ref.tag is None and ref.digest is None):
+        return ALWAYS
+    return IF_NOT_PRESENT
+
+
+def pod_spec_of(obj: Mapping) -> Mapping:
+    """The pod spec of a workload object; WorkloadError names the missing field."""
+    if not isinstance(obj, Mapping):
+        raise WorkloadError("object: not a mapping")
+    kind = obj.get("kind")
+    path = _POD_SPEC_PATHS.get(kind)  # type: ignore[arg-type]
+    if path is None:
+        raise WorkloadError(f"kind: {kind!r} is not a workload kind")
+    node: object = obj
+    walked = []
+    for key in path:
+        walked.append(key)
+        node = node.get(key) if isinstance(node, Mapping) else None
+        if not isinstance(node, Mapping):
+            raise WorkloadError(f"{'.'.join(walked)}: missing or not a mapping in {kind}")
+    return node  # type: ignore[return-value]
+
+
+def container_images(spec: Mapping) -> list[ContainerImage]:
+    """Every container's image with its effective pull policy, init containers first."""
+    found: list[ContainerImage] = []
+    for field in CONTAINER_FIELDS:
+        containers = spec.get(field) or []
+        if not isinstance(containers, list):
+            raise WorkloadError(f"spec.{field}: not a list")
+        for index, container in enumerate(containers):
+            where = f"spec.{field}[{index}]"
+            if not isinstance(container, Mapping):
+                raise WorkloadError(f"{where}: not a mapping")
+            image = container.get("image")
+            if not isinstance(image, str) or not image:
+                raise WorkloadError(f"{where}.image: missing or not a string")
+            policy = container.get("imagePullPolicy") or default_pull_policy(image)
+            if policy not in PULL_POLICIES:
+                raise WorkloadError(f"{where}.imagePullPolicy: {policy!r} is not one of {', '.join(PULL_POLICIES)}")
+            name = container.get("name")
+            found.append(ContainerImage(str(name) if name else f"#{index}", field, image, policy))
+    return found
