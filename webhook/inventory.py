@@ -6,18 +6,23 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from webhook.images import InvalidReference, docker_ref
+from webhook.images import InvalidReference, docker_ref, is_valid_digest
 from webhook.scheduling import NodeTraits
 
 DEFAULT_MAX_IMAGES = 50  # KubeletConfiguration.nodeStatusMaxImages
 NAMES_PER_IMAGE = 5  # the kubelet lists at most this many names per image in node status
+_ID_PREFIXES = ("sha256:", "sha384:", "sha512:")
 
 
 def image_key(image: str) -> str:
     """The name a runtime resolves `image` by (ParseDockerRef): what node names are compared on.
 
-    Raises InvalidReference, as the kubelet would leave the container in InvalidImageName.
+    A digest-shaped image ("sha256:<hex>") is returned as is: containerd's CRI looks it up as an
+    image ID before trying it as a name. Raises InvalidReference, as the kubelet would leave the
+    container in InvalidImageName.
     """
+    if isinstance(image, str) and image.startswith(_ID_PREFIXES) and is_valid_digest(image):
+        return image
     return docker_ref(image)
 
 

@@ -40,16 +40,28 @@ def format_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def image_names(image: Mapping, where: str) -> list[str]:
+    """repoTags then repoDigests of one CRI image; ValueError names the field."""
+    names: list[str] = []
+    for field in ("repoTags", "repoDigests"):
+        value = image.get(field) or []
+        if not isinstance(value, list):
+            raise ValueError(f"{where}.{field}: not a list")
+        names += value
+    return names
+
+
 def node_images_from_runtime(obj: Mapping) -> NodeImages:
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
         raise ValueError("spec: missing")
-    node = spec.get("nodeName") or (obj.get("metadata") or {}).get("name")
+    meta = obj.get("metadata")
+    node = spec.get("nodeName") or (meta.get("name") if isinstance(meta, Mapping) else None)
     if not isinstance(node, str) or not node:
         raise ValueError("spec.nodeName: missing")
     observed_at = parse_time(spec.get("observedAt"), "spec.observedAt")
     lease = spec.get("leaseDurationSeconds")
-    if not isinstance(lease, int) or lease <= 0:
+    if not isinstance(lease, int) or isinstance(lease, bool) or lease <= 0:
         raise ValueError("spec.leaseDurationSeconds: missing or not a positive integer")
     images = spec.get("images")
     if not isinstance(images, list):
@@ -58,7 +70,7 @@ def node_images_from_runtime(obj: Mapping) -> NodeImages:
     for index, image in enumerate(images):
         if not isinstance(image, Mapping):
             raise ValueError(f"spec.images[{index}]: not an object")
-        names += list(image.get("repoTags") or ()) + list(image.get("repoDigests") or ())
+        names += image_names(image, f"spec.images[{index}]")
         if image.get("id"):
             ids.append(image["id"])
     return NodeImages.from_names(

@@ -13,7 +13,10 @@ from collections.abc import Callable, Mapping
 from webhook.images import InvalidReference, docker_ref
 from webhook.inventory import DEFAULT_MAX_IMAGES, Inventory, NodeImages
 from webhook.node_status import node_images_from_node
-from webhook.runtime_inventory import RUNTIME_KIND, node_images_from_runtime
+from webhook.runtime_inventory import RUNTIME_KIND, image_names, node_images_from_runtime
+
+# What an item without a kind is: the apiserver leaves kind out of list items.
+_ITEM_KINDS = {"NodeList": "Node", "NodeImagesList": RUNTIME_KIND}
 
 
 class SnapshotError(ValueError):
@@ -36,9 +39,10 @@ def load_snapshot(
         document = json.loads(stripped)
     except json.JSONDecodeError:
         document = None
-    if isinstance(document, Mapping):
+    # A one-image `docker images` listing is a single JSON object too.
+    if isinstance(document, Mapping) and "Repository" not in document:
         return _from_document(document, source, observed_at, max_images, node_name)
-    if document is not None:
+    if document is not None and not isinstance(document, Mapping):
         raise SnapshotError(f"{source}: a JSON {type(document).__name__} is not a snapshot of a known shape")
     if stripped.startswith("{"):
         return _from_docker_lines(stripped, source, observed_at, node_name)
@@ -53,7 +57,7 @@ def _from_document(doc: Mapping, source: str, observed_at, max_images, node_name
             raise SnapshotError(f"{source}: items: not a list")
         nodes, runtime = [], []
         for index, item in enumerate(items):
-            convert = _item_reader(item, f"{source}: items[{index}]")
+            convert = _item_reader(item, f"{source}: items[{index}]", _ITEM_KINDS.get(kind))
             (runtime if convert is _runtime else nodes).append(
                 convert(item, f"{source}: items[{index}]", observed_at, max_images)
             )
@@ -84,8 +88,8 @@ def _runtime(item: Mapping, where: str, observed_at, max_images) -> NodeImages:
         raise SnapshotError(f"{where}: {exc}") from None
 
 
-def _item_reader(item: object, where: str) -> Callable[..., NodeImages]:
-    kind = item.get("kind") if isinstance(item, Mapping) else None
+def _item_reader(item: object, where: str, default_kind: str | None = None) -> Callable[..., NodeImages]:
+    kind = (item.get("kind") or default_kind) if isinstance(item, Mapping) else None
     if kind == "Node":
         return _node
     if kind == RUNTIME_KIND:
@@ -98,7 +102,10 @@ def _from_crictl(images: list, source: str, observed_at, node_name: str) -> Node
     for index, image in enumerate(images):
         if not isinstance(image, Mapping):
             raise SnapshotError(f"{source}: images[{index}]: not an object")
-        names += (image.get("repoTags") or []) + (image.get("repoDigests") or [])
+        try:
+            names += image_names(image, f"images[{index}]")
+        except ValueError as exc:
+            raise SnapshotError(f"{source}: {exc}") from None
         if image.get("id"):
             ids.append(image["id"])
     return NodeImages.from_names(node_name, names, ids=ids, observed_at=observed_at, source="crictl")

@@ -64,7 +64,7 @@ def pod_spec_of(obj: Mapping) -> Mapping:
     if not isinstance(obj, Mapping):
         raise WorkloadError("object: not a mapping")
     kind = obj.get("kind")
-    path = _POD_SPEC_PATHS.get(kind)  # type: ignore[arg-type]
+    path = _POD_SPEC_PATHS.get(kind) if isinstance(kind, str) else None
     if path is None:
         raise WorkloadError(f"kind: {kind!r} is not a workload kind")
     node: object = obj

@@ -1,0 +1,138 @@
+"""Scanner benchmark: a 1,000,000-row SWE-Smith-shaped parquet, 5,000 distinct images, 8 nodes.
+
+    python benchmarks/scan_parquet.py [--rows 1000000] [--images 5000] [--repeat 3]
+
+Reports, measured in the same run on the same file:
+- the whole `image-preflight scan` process / pyarrow's own read + write of the file (target <= 2);
+- naive per-row render + YAML parse (extrapolated from a sample) / the scan (target >= 20).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATE = ROOT / "examples" / "swe-smith" / "job.yaml"
+NODES = 8
+
+
+def make_dataset(path: Path, rows: int, images: int, seed: int = 1) -> list[str]:
+    rng = np.random.default_rng(seed)
+    names = [f"swesmith.x86_64.owner{i % 97}__repo{i}.{i * 2654435761 % 16**8:08x}" for i in range(images)]
+    pick = rng.integers(0, images, rows)
+    statements = [f"Issue {i}: " + "the parser drops trailing fields when the input ends early. " * 6 for i in range(1000)]
+    image_name = pa.DictionaryArray.from_arrays(pa.array(pick, pa.int32()), pa.array(names)).cast(pa.string())
+    ids = pa.array([f"inst-{i:07d}" for i in range(rows)])
+    table = pa.table(
+        {
+            "instance_id": ids,
+            "problem_statement": pa.DictionaryArray.from_arrays(
+                pa.array(rng.integers(0, len(statements), rows), pa.int32()), pa.array(statements)
+            ).cast(pa.string()),
+            "image_name": image_name,
+            "repo": image_name,
+            "FAIL_TO_PASS": pa.array([["tests/test_x.py::test_a"]] * rows, pa.list_(pa.string())),
+            "PASS_TO_PASS": pa.array([["tests/test_x.py::test_b", "tests/test_x.py::test_c"]] * rows),
+            "data_source": pa.array(["swe-smith"] * rows),
+            "data_id": ids,
+        }
+    )
+    pq.write_table(table, path)
+    return names
+
+
+def make_snapshot(path: Path, names: list[str], seed: int = 2) -> None:
+    """8 CPU nodes, each holding about 95 % of the images, listed in full (nodeStatusMaxImages: -1)."""
+    rng = np.random.default_rng(seed)
+    nodes = []
+    for n in range(NODES):
+        held = [name for name, keep in zip(names, rng.random(len(names)) < 0.95) if keep]
+        nodes.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": f"cpu-{n}", "labels": {"pool": "cpu", "kubernetes.io/hostname": f"cpu-{n}"}},
+                "spec": {},
+                "status": {"images": [{"names": [f"docker.io/library/{h}:openai"], "sizeBytes": 10**9} for h in held]},
+            }
+        )
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
+
+
+def time_pyarrow(path: Path, out: Path) -> float:
+    start = time.perf_counter()
+    pq.write_table(pq.read_table(path), out)
+    return time.perf_counter() - start
+
+
+def time_scan(path: Path, snapshot: Path, out_dir: Path) -> float:
+    command = [
+        sys.executable, "-m", "image_preflight", "scan", str(path), "--template", str(TEMPLATE),
+        "--inventory", str(snapshot), "--max-images", "-1", "--out-dir", str(out_dir),
+    ]
+    start = time.perf_counter()
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def naive_seconds_per_row(path: Path, snapshot: Path, sample: int) -> float:
+    """Render + YAML-parse + decide every row on its own, as a per-row loop would."""
+    import jinja2
+    import yaml
+
+    from scanner.render import yaml_escape
+    from webhook.decision import decide
+    from webhook.inventory_files import load_inventory_file
+    from webhook.workloads import pod_spec_of
+
+    inventory = load_inventory_file(snapshot, max_images=-1)
+    env = jinja2.Environment()
+    env.filters["yaml_escape"] = yaml_escape
+    template = env.from_string(TEMPLATE.read_text())
+    rows = pq.read_table(path).slice(0, sample).to_pylist()
+    start = time.perf_counter()
+    for row in rows:
+        job = next(iter(yaml.safe_load_all(template.render(input=row, job_name="naive"))))
+        decide(pod_spec_of(job), inventory)
+    return (time.perf_counter() - start) / len(rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--images", type=int, default=5_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--naive-sample", type=int, default=20_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        data, snapshot, out_dir = work / "train.parquet", work / "nodes.json", work / "out"
+        out_dir.mkdir()
+        names = make_dataset(data, args.rows, args.images)
+        make_snapshot(snapshot, names)
+        arrow = [time_pyarrow(data, work / "copy.parquet") for _ in range(args.repeat)]
+        scan = [time_scan(data, snapshot, out_dir) for _ in range(args.repeat)]
+        naive = naive_seconds_per_row(data, snapshot, min(args.naive_sample, args.rows)) * args.rows
+        size_mb = data.stat().st_size / 1e6
+    a, s = statistics.median(arrow), statistics.median(scan)
+    print(f"dataset: {args.rows:,} rows, {args.images:,} images, {size_mb:.0f} MB parquet, {NODES} nodes")
+    print(f"pyarrow read+write      : {a:7.2f} s (median of {args.repeat})")
+    print(f"image-preflight scan    : {s:7.2f} s (median of {args.repeat}, whole process)")
+    print(f"naive per-row (extrap.) : {naive:7.2f} s (from {min(args.naive_sample, args.rows):,} rows)")
+    print(f"scan / pyarrow          : {s / a:7.2f}  (target <= 2)")
+    print(f"naive / scan            : {naive / s:7.1f}  (target >= 20)")
+
+
+if __name__ == "__main__":
+    main()

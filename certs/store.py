@@ -1,0 +1,201 @@
+"""The certificate files in one directory: read them, keep what is still good, replace the rest."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from certs.authority import (
+    Authority,
+    KeyKind,
+    PrivateKey,
+    authority_problem,
+    create_authority,
+    issue_serving_cert,
+    new_private_key,
+    serving_cert_problem,
+)
+from image_preflight.errors import UsageError
+
+CA_CERT = "ca.crt"
+CA_KEY = "ca.key"
+TLS_CERT = "tls.crt"
+TLS_KEY = "tls.key"
+KEY_MODE = 0o600
+CERT_MODE = 0o644
+
+
+@dataclass(frozen=True, slots=True)
+class CertRequest:
+    service: str
+    namespace: str
+    days: int = 365
+    ca_days: int = 3650
+    renew_before_days: int = 30
+    key_kind: KeyKind = "ecdsa"
+
+
+@dataclass(frozen=True, slots=True)
+class CertFiles:
+    ca: Authority
+    serving_cert: x509.Certificate
+    serving_key: PrivateKey
+    ca_created: bool
+    serving_issued: bool
+    report: tuple[str, ...]  # one line per decision, for the user
+
+
+def ensure_certificates(out_dir: Path, request: CertRequest, now: dt.datetime) -> CertFiles:
+    """Make `out_dir` hold a usable CA and serving certificate, changing only what must change."""
+    _ensure_dir(out_dir)
+    ca_path, tls_path = out_dir / CA_CERT, out_dir / TLS_CERT
+
+    ca, ca_reason = _existing_authority(out_dir, now, request.renew_before_days)
+    if ca is None:
+        ca = create_authority(new_private_key(request.key_kind), now, request.ca_days)
+        # Key first: a crash in between leaves a mismatched pair, which the next run replaces.
+        write_atomic(out_dir / CA_KEY, private_key_pem(ca.key), KEY_MODE)
+        write_atomic(ca_path, certificate_pem(ca.cert), CERT_MODE)
+        ca_line = f"created CA {ca_path} valid until {_when(ca.cert)} ({ca_reason})"
+    else:
+        ca_line = f"kept CA {ca_path} valid until {_when(ca.cert)}"
+
+    host = f"{request.service}.{request.namespace}.svc"
+    cert, key, reason = _existing_serving(out_dir, ca, request, now)
+    if reason is not None:
+        key = new_private_key(request.key_kind)
+        cert = issue_serving_cert(ca, key, request.service, request.namespace, now, request.days)
+        write_atomic(out_dir / TLS_KEY, private_key_pem(key), KEY_MODE)
+        write_atomic(tls_path, certificate_pem(cert), CERT_MODE)
+        tls_line = f"issued serving certificate {tls_path} for {host} valid until {_when(cert)} ({reason})"
+    else:
+        tls_line = f"kept serving certificate {tls_path} for {host} valid until {_when(cert)}"
+
+    return CertFiles(
+        ca=ca,
+        serving_cert=cert,
+        serving_key=key,
+        ca_created=ca_reason is not None,
+        serving_issued=reason is not None,
+        report=(ca_line, tls_line),
+    )
+
+
+def _existing_authority(
+    out_dir: Path, now: dt.datetime, renew_before_days: int
+) -> tuple[Authority | None, str | None]:
+    """The CA on disk when it can be kept, else None and why it cannot."""
+    cert = load_certificate(out_dir / CA_CERT)
+    key = load_private_key(out_dir / CA_KEY)
+    if cert is None and key is None:
+        return None, f"no CA in {out_dir}"
+    if cert is None:
+        return None, f"{CA_CERT} is missing"
+    if key is None:
+        return None, f"{CA_KEY} is missing"
+    ca = Authority(cert=cert, key=key)
+    problem = authority_problem(ca, now, renew_before_days)
+    return (None, problem) if problem else (ca, None)
+
+
+def _existing_serving(
+    out_dir: Path, ca: Authority, request: CertRequest, now: dt.datetime
+) -> tuple[x509.Certificate | None, PrivateKey | None, str | None]:
+    """The serving pair on disk and why it must be reissued (None when it can be kept)."""
+    cert = load_certificate(out_dir / TLS_CERT)
+    key = load_private_key(out_dir / TLS_KEY)
+    if cert is None:
+        return None, None, f"{TLS_CERT} is missing"
+    if key is None:
+        return None, None, f"{TLS_KEY} is missing"
+    problem = serving_cert_problem(
+        cert, key, ca, request.service, request.namespace, request.key_kind, now, request.renew_before_days
+    )
+    return cert, key, problem
+
+
+def load_certificate(path: Path) -> x509.Certificate | None:
+    """The first PEM certificate in `path`, None when the file does not exist."""
+    data = _read(path)
+    if data is None:
+        return None
+    try:
+        return x509.load_pem_x509_certificate(data)
+    except ValueError:
+        raise UsageError(f"{path}: not a PEM certificate; fix or remove it") from None
+
+
+def load_private_key(path: Path) -> PrivateKey | None:
+    """An unencrypted PEM ECDSA or RSA key from `path`, None when the file does not exist."""
+    data = _read(path)
+    if data is None:
+        return None
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except TypeError:
+        raise UsageError(f"{path}: encrypted private keys are not supported") from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise UsageError(f"{path}: not a PEM private key; fix or remove it") from None
+    if not isinstance(key, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)):
+        raise UsageError(f"{path}: only ECDSA and RSA keys are supported")
+    return key
+
+
+def certificate_pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def private_key_pem(key: PrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def write_atomic(path: Path, data: bytes, mode: int) -> None:
+    """Replace `path` with `data` in one step, so readers see the old file or the new one."""
+    try:
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as tmp:
+            os.fchmod(tmp.fileno(), mode)
+            tmp.write(data)
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        os.replace(tmp_name, path)
+    except BaseException as exc:
+        Path(tmp_name).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        raise
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _ensure_dir(out_dir: Path) -> None:
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UsageError(f"{out_dir}: not a directory") from None
+    except OSError as exc:
+        raise UsageError(f"{out_dir}: cannot create directory: {exc.strerror or exc}") from None
+
+
+def _when(cert: x509.Certificate) -> str:
+    return cert.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,233 @@
+"""Keep an in-memory view of the cluster's Nodes current: list, then watch, and recover.
+
+This is the I/O shell around the pure core: it talks to the apiserver through the official
+client and hands plain Node dicts (camelCase, as the API returns them) to a sink. It reads raw
+JSON instead of building V1Node models, which is far too slow for nodes carrying thousands of
+image names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from typing import Callable, Iterator, Protocol
+
+import kubernetes.client
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+_CONNECT_TIMEOUT = 10.0
+_LIST_READ_TIMEOUT = 120.0
+# A watch stream is ended by the server after timeoutSeconds; silence well past that means a
+# dead connection.
+_WATCH_READ_GRACE = 30.0
+
+
+class NodeSink(Protocol):
+    def replace_nodes(self, nodes: list[dict]) -> None: ...
+
+    def upsert_node(self, node: dict) -> None: ...
+
+    def delete_node(self, name: str) -> None: ...
+
+
+class _Expired(Exception):
+    """The resourceVersion we resume from is gone: only a fresh list helps."""
+
+
+class _StreamError(Exception):
+    """The watch stream carried an ERROR event other than 410."""
+
+
+class NodeWatcher:
+    def __init__(
+        self,
+        api_client: kubernetes.client.ApiClient,
+        sink: NodeSink,
+        *,
+        label_selector: str | None = None,
+        watch_timeout_seconds: int = 300,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+        on_restart: Callable[[str], None] | None = None,
+    ):
+        self._core = kubernetes.client.CoreV1Api(api_client)
+        self._sink = sink
+        self._label_selector = label_selector
+        self._watch_timeout = watch_timeout_seconds
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._on_restart = on_restart
+        self._resource_version: str | None = None
+        self._response = None  # the open watch response, so stop() can interrupt a blocked read
+        self._response_lock = threading.Lock()
+        self._stop_event = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.synced = threading.Event()
+        self.last_sync: float | None = None
+
+    @property
+    def resource_version(self) -> str | None:
+        """The newest resourceVersion seen (from a list, an event or a bookmark)."""
+        return self._resource_version
+
+    def start(self) -> threading.Thread:
+        self._stop_event.clear()
+        self._thread = threading.Thread(target=self.run, args=(self._stop_event,), name="node-watch", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        self._interrupt()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+
+    def run(self, stop: threading.Event) -> None:
+        """List and watch until `stop` is set; no exception escapes."""
+        backoff = self._backoff_initial
+        need_list = True
+        while not stop.is_set():
+            try:
+                if need_list:
+                    self._list()
+                    need_list = False
+                    backoff = self._backoff_initial
+                if self._watch(stop):
+                    backoff = self._backoff_initial
+                if not stop.is_set():
+                    self._restart("closed")
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive any failure
+                if stop.is_set():
+                    break
+                expired = isinstance(exc, _Expired) or (isinstance(exc, ApiException) and exc.status == 410)
+                if expired and not need_list:
+                    log.info("node watch: resourceVersion %s expired (%s); listing again",
+                             self._resource_version, _describe(exc))
+                    need_list = True
+                    self._restart("expired")
+                    continue
+                delay = min(backoff, self._backoff_max) * random.uniform(0.5, 1.0)
+                log.warning("node watch: %s; retrying in %.2fs", _describe(exc), delay)
+                self._restart("error")
+                stop.wait(delay)
+                backoff = min(backoff * 2, self._backoff_max)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _restart(self, reason: str) -> None:
+        if self._on_restart is None:
+            return
+        try:
+            self._on_restart(reason)
+        except Exception as exc:  # noqa: BLE001 - a metrics hook must not stop the watch
+            log.warning("node watch: on_restart(%r) failed: %s", reason, _describe(exc))
+
+    def _list(self) -> None:
+        response = self._core.list_node(
+            label_selector=self._label_selector,
+            _preload_content=False,
+            _request_timeout=(_CONNECT_TIMEOUT, _LIST_READ_TIMEOUT),
+        )
+        try:
+            body = json.loads(response.data)
+        finally:
+            response.release_conn()
+        self._sink.replace_nodes(body.get("items") or [])
+        self._resource_version = body["metadata"]["resourceVersion"]
+        self.last_sync = time.monotonic()
+        self.synced.set()
+
+    def _watch(self, stop: threading.Event) -> bool:
+        """Follow one watch stream to its end; True if it delivered anything."""
+        response = self._core.list_node(
+            watch=True,
+            resource_version=self._resource_version,
+            allow_watch_bookmarks=True,
+            timeout_seconds=self._watch_timeout,
+            label_selector=self._label_selector,
+            _preload_content=False,
+            _request_timeout=(_CONNECT_TIMEOUT, self._watch_timeout + _WATCH_READ_GRACE),
+        )
+        with self._response_lock:
+            self._response = response
+        delivered = False
+        try:
+            if stop.is_set():  # stop() may have run before the response was registered
+                return delivered
+            for line in _lines(response):
+                self._apply(json.loads(line))
+                delivered = True
+                if stop.is_set():
+                    break
+        finally:
+            with self._response_lock:
+                self._response = None
+            # A stream left half-read must not go back to the connection pool.
+            response.close()
+            response.release_conn()
+        return delivered
+
+    def _apply(self, event: dict) -> None:
+        kind, obj = event.get("type"), event.get("object") or {}
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                raise _Expired(obj.get("message", "410 Gone"))
+            raise _StreamError(f"watch ERROR event: {obj.get('code')} {obj.get('reason')}: {obj.get('message')}")
+        metadata = obj.get("metadata") or {}
+        if kind in ("ADDED", "MODIFIED"):
+            self._sink.upsert_node(obj)
+        elif kind == "DELETED":
+            self._sink.delete_node(metadata["name"])
+        elif kind != "BOOKMARK":
+            raise _StreamError(f"watch event of unknown type {kind!r}")
+        # Advance only after the sink took the event, so a failure replays it.
+        if metadata.get("resourceVersion"):
+            self._resource_version = metadata["resourceVersion"]
+        self.last_sync = time.monotonic()
+
+    def _interrupt(self) -> None:
+        with self._response_lock:
+            response = self._response
+        if response is not None:
+            try:
+                response.shutdown()  # unblocks a read waiting on the socket
+            except Exception:  # noqa: BLE001 - best effort during shutdown
+                pass
+
+
+def _lines(response) -> Iterator[str]:
+    """Newline-delimited JSON events from a chunked watch response (chunks need not align)."""
+    buffer = bytearray()
+    for chunk in response.stream(amt=None, decode_content=False):
+        start = len(buffer)
+        buffer += chunk
+        newline = buffer.find(b"\n", start)
+        while newline != -1:
+            line = bytes(buffer[:newline])
+            del buffer[: newline + 1]
+            if line.strip():
+                yield line.decode("utf-8")
+            newline = buffer.find(b"\n")
+    if buffer.strip():
+        yield buffer.decode("utf-8")
+
+
+def _describe(exc: BaseException) -> str:
+    """One line for the log: status and Status message for API errors, else type and text."""
+    if isinstance(exc, ApiException):
+        message = ""
+        try:
+            message = json.loads(exc.body or "{}").get("message", "")
+        except (ValueError, AttributeError):
+            pass
+        text = f"HTTP {exc.status} {exc.reason}" + (f": {message}" if message else "")
+    elif isinstance(exc, (_Expired, _StreamError)):
+        text = str(exc)
+    else:
+        text = f"{type(exc).__name__}: {exc}"
+    return " ".join(text.split())
