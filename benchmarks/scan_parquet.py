@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,15 +32,12 @@ def make_dataset(path: Path, rows: int, images: int, seed: int = 1) -> list[str]
     rng = np.random.default_rng(seed)
     names = [f"swesmith.x86_64.owner{i % 97}__repo{i}.{i * 2654435761 % 16**8:08x}" for i in range(images)]
     pick = rng.integers(0, images, rows)
-    statements = [f"Issue {i}: " + "the parser drops trailing fields when the input ends early. " * 6 for i in range(1000)]
     image_name = pa.DictionaryArray.from_arrays(pa.array(pick, pa.int32()), pa.array(names)).cast(pa.string())
     ids = pa.array([f"inst-{i:07d}" for i in range(rows)])
     table = pa.table(
         {
             "instance_id": ids,
-            "problem_statement": pa.DictionaryArray.from_arrays(
-                pa.array(rng.integers(0, len(statements), rows), pa.int32()), pa.array(statements)
-            ).cast(pa.string()),
+            "problem_statement": _statements(rng, ids),
             "image_name": image_name,
             "repo": image_name,
             "FAIL_TO_PASS": pa.array([["tests/test_x.py::test_a"]] * rows, pa.list_(pa.string())),
@@ -50,6 +48,20 @@ def make_dataset(path: Path, rows: int, images: int, seed: int = 1) -> list[str]
     )
     pq.write_table(table, path)
     return names
+
+
+def _statements(rng: np.random.Generator, ids: pa.Array) -> pa.Array:
+    """A distinct ~1 KB issue text per row, built from shared sentences as real ones are."""
+    sentences = pa.array(
+        [f"Calling helper_{i}() with a {w} argument raises {e} instead of returning the parsed value. "
+         for i, (w, e) in enumerate((w, e) for w in ("empty", "nested", "unicode", "large", "negative", "null",
+                                                     "quoted", "binary") for e in ("KeyError", "TypeError",
+                                                     "ValueError", "IndexError", "AttributeError"))] * 5
+    )
+    parts = [pa.array(["Bug report for "] * len(ids)), ids, pa.array([": "] * len(ids))]
+    for _ in range(12):
+        parts.append(sentences.take(pa.array(rng.integers(0, len(sentences), len(ids)))))
+    return pc.binary_join_element_wise(*parts, "")
 
 
 def make_snapshot(path: Path, names: list[str], seed: int = 2) -> None:

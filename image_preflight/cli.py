@@ -2,6 +2,7 @@
 
 Each subcommand lives beside the library it drives (`scanner/command.py`, `certs/command.py`, ...)
 and exposes `register(subparsers)`, which adds its parser and sets `run(args) -> int` as default.
+Only the chosen subcommand's module is imported: `scan` need not load the webhook's server stack.
 """
 
 from __future__ import annotations
@@ -12,16 +13,24 @@ import sys
 
 from image_preflight.errors import UsageError
 
-_COMMANDS = ("scanner.command", "webhook.command", "certs.command", "agent.command", "agent.dump_command")
+COMMANDS = {
+    "scan": "scanner.command",
+    "serve": "webhook.command",
+    "certs": "certs.command",
+    "agent": "agent.command",
+    "inventory": "agent.dump_command",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="image-preflight",
         description="Keep rollout Jobs off nodes that lack their locally built images.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module_name in _COMMANDS:
+    for name, module_name in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
@@ -33,7 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    chosen = next((arg for arg in argv if not arg.startswith("-")), None)
+    parser = build_parser(chosen if chosen in COMMANDS else None)
     args = parser.parse_args(argv)
     try:
         return args.run(args)

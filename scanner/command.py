@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from image_preflight.errors import UsageError
-from scanner import output
+from scanner import datasets, output
 from webhook.inventory_files import load_inventory_file
 from scanner.judge import RowJudge, make_template
 from scanner.render import TemplateError
@@ -54,9 +54,13 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.out_dir is not None and not args.out_dir.is_dir():
         raise UsageError(f"{args.out_dir}: --out-dir is not a directory")
+    other_inputs = [*args.inventory, *([args.template] if args.template else [])]
+    for option, target in (("--report", args.report), ("--missing-images", args.missing_images)):
+        if target is not None:
+            datasets.refuse_overwrite(target, [*args.datasets, *other_inputs], option)
     stdout = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     with _progress() as advance:
-        result = scan(args.datasets, judge, out_dir=args.out_dir, progress=advance)
+        result = scan(args.datasets, judge, out_dir=args.out_dir, progress=advance, protect=other_inputs)
     output.print_summary(result, stdout)
     if args.report is not None:
         output.write_report(args.report, result)

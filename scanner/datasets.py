@@ -34,7 +34,7 @@ class JsonRows:
     """Rows of a JSONL or JSON file; `lines` holds each JSONL row's original text."""
 
     rows: list[dict]
-    lines: list[bytes] | None  # JSONL only
+    lines: list[bytes] | None  # JSONL only, each with its own line ending
     line_numbers: list[int] | None  # JSONL only: 1-based line of each row
 
 
@@ -52,7 +52,7 @@ def read_json_rows(path: Path) -> JsonRows:
                 raise UsageError(f"{path}: row {index}: not a JSON object")
         return JsonRows(rows, None, None)
     rows, lines, numbers = [], [], []
-    for number, line in enumerate(data.splitlines(), start=1):
+    for number, line in enumerate(data.splitlines(keepends=True), start=1):
         if not line.strip():
             continue
         try:
@@ -79,7 +79,7 @@ def read_parquet(path: Path) -> pa.Table:
 def write_json_rows(path: Path, source: JsonRows, keep: Sequence[bool]) -> None:
     if source.lines is not None:
         kept = [line for line, ok in zip(source.lines, keep) if ok]
-        payload = b"".join(line + b"\n" for line in kept)
+        payload = b"".join(line if line.endswith((b"\n", b"\r")) else line + b"\n" for line in kept)
     else:
         kept_rows = [row for row, ok in zip(source.rows, keep) if ok]
         payload = (json.dumps(kept_rows, ensure_ascii=False, indent=2) + "\n").encode()
@@ -91,7 +91,8 @@ def write_parquet(path: Path, table: pa.Table, mask: pa.Array, *, like: Path) ->
     kept = table.filter(mask)
     compression = _compression_of(like)
     with atomic_path(path) as tmp:
-        pq.write_table(kept, tmp, compression=compression)
+        # Not "compliant": list items keep the name the input gave them ("item" from older writers).
+        pq.write_table(kept, tmp, compression=compression, use_compliant_nested_type=False)
 
 
 def _compression_of(path: Path) -> str:
@@ -141,6 +142,12 @@ def output_paths(inputs: Sequence[Path], out_dir: Path, *, extra: Sequence[Path]
             raise UsageError(f"{source}: another input has the same file name {source.name!r} for {out_dir}")
         seen.add(ident)
     return outputs
+
+
+def refuse_overwrite(target: Path, protected: Sequence[Path], option: str) -> None:
+    """UsageError when `target` is one of the `protected` files (inputs are never written)."""
+    if _identity(target) in {_identity(p) for p in protected}:
+        raise UsageError(f"{target}: {option} would overwrite an input")
 
 
 def _identity(path: Path) -> object:

@@ -6,7 +6,8 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from scanner.render import MISSING, JobTemplate, RowError, image_template, lookup
+from scanner.slots import Shape, shape_of, substitute, survives_yaml
+from scanner.render import MISSING, JobTemplate, RowError, image_template, reach
 from webhook import decision as core
 from webhook.inventory import Inventory
 from webhook.scheduling import SchedulingSpecError
@@ -37,7 +38,14 @@ class RowVerdict:
 
 
 class RowJudge:
-    """Judges rows against one template and inventory, rendering once per distinct key."""
+    """Judges rows against one template and inventory, sharing work between rows.
+
+    Rows that agree on the fields the verdict can depend on share one verdict. With slots (see
+    scanner.slots) those are the steering fields and the slots' fields, except that a slot
+    printing a bare field outside the pod's image and scheduling fields only needs the field to
+    be there; the Job's shape is rendered once per steering values and each slot evaluated on its
+    own. Without slots every field the template reads counts, and each key gets a full render.
+    """
 
     def __init__(
         self,
@@ -53,32 +61,112 @@ class RowJudge:
         self.require = require
         self.keep_unknown = keep_unknown
         self.now = now
-        self._cache: dict[tuple, RowVerdict] = {}
+        self.plan = template.plan
+        self._shapes: dict[tuple, Shape | None] = {}
+        self._shared: dict[tuple, RowVerdict | None] = {}  # None: judge each row on its own
+        self._exact: dict[tuple, RowVerdict] = {}
+        self.value_paths, self.presence_paths = self._key_paths()
+
+    def _key_paths(self) -> tuple[tuple | None, tuple]:
+        """(fields keyed by value, fields keyed by presence only)."""
+        if self.plan is None:
+            return self.template.paths, ()
+        deciding = self._deciding_markers(self.template.probe_row())
+        by_value = set(self.plan.steering)
+        by_presence = set()
+        for slot in self.plan.slots:
+            if slot.bare is not None and deciding is not None and slot.marker not in deciding:
+                by_presence.add(slot.bare)
+            else:
+                by_value.update(slot.paths)
+        by_presence -= by_value
+        order = self.template.paths or ()
+        return tuple(p for p in order if p in by_value), tuple(p for p in order if p in by_presence)
 
     @property
     def renders(self) -> int:
-        return len(self._cache)
+        """Verdicts worked out: each a full render, or slot texts on a shared shape."""
+        return len(self._shared) + len(self._exact)
 
     def key(self, row: Mapping) -> tuple:
-        paths = self.template.paths
-        if paths is None:
+        if self.value_paths is None:
             return (_freeze(row),)
-        return tuple(_freeze(lookup(row, path)) for path in paths)
+        # How far each path goes matters as much as the value: `input.a.b` is Undefined when `a`
+        # lacks `b` but an error when `a` is absent; and `input.name.lower` reads `name` whole.
+        values = tuple((depth, _freeze(value)) for depth, value in (reach(row, p) for p in self.value_paths))
+        return values + tuple(_presence(reach(row, p), len(p)) for p in self.presence_paths)
+
+    def shared_verdict(self, row: Mapping, key: tuple | None = None) -> RowVerdict | None:
+        """The verdict for every row with this key, or None when each needs its own render."""
+        key = self.key(row) if key is None else key
+        if key not in self._shared:
+            self._shared[key] = self._judge_by_slots(row) if self.plan is not None else self._judge_uncached(row)
+        return self._shared[key]
 
     def judge(self, row: Mapping, key: tuple | None = None) -> RowVerdict:
         key = self.key(row) if key is None else key
-        verdict = self._cache.get(key)
+        verdict = self.shared_verdict(row, key)
+        if verdict is not None:
+            return verdict
+        exact = (key, tuple(_freeze(reach(row, p)[1]) for p in self.presence_paths))
+        verdict = self._exact.get(exact)
         if verdict is None:
-            verdict = self._cache[key] = self._judge_uncached(row)
+            verdict = self._exact[exact] = self._judge_uncached(row)
         return verdict
+
+    def _shape(self, row: Mapping) -> Shape | None:
+        key = tuple((d, _freeze(v)) for d, v in (reach(row, p) for p in self.plan.steering))  # type: ignore[union-attr]
+        if key not in self._shapes:
+            try:
+                text = self.template.render_shape(row)
+                job = self.template.load(text)
+                spec = pod_spec_of(job)
+            except (RowError, WorkloadError):
+                self._shapes[key] = None  # the full render names the problem
+            else:
+                self._shapes[key] = shape_of(text, spec, job, [s.marker for s in self.plan.slots])  # type: ignore[union-attr]
+        return self._shapes[key]
+
+    def _deciding_markers(self, row: Mapping) -> frozenset[str] | None:
+        shape = self._shape(row)
+        return None if shape is None else shape.deciding
+
+    def _judge_by_slots(self, row: Mapping) -> RowVerdict | None:
+        shape = self._shape(row)
+        if shape is None:
+            return None
+        texts = {}
+        for slot in self.plan.slots:  # type: ignore[union-attr]
+            presence_only = slot.bare in self.presence_paths
+            if presence_only and slot.marker in shape.deciding:
+                return None  # this shape puts a presence-keyed field where the decision reads it
+            try:
+                text = self.template.render_slot(slot, row)
+            except RowError as exc:
+                return RowVerdict(UNRENDERABLE, detail=str(exc))
+            if not survives_yaml(text):
+                return None
+            texts[slot.marker] = text
+        return self._decide(substitute(shape.fields, texts))
 
     def _judge_uncached(self, row: Mapping) -> RowVerdict:
         try:
-            job = self.template.render(row)
-            decision = core.decide(pod_spec_of(job), self.inventory, require=self.require, now=self.now)
-        except (RowError, WorkloadError, SchedulingSpecError) as exc:
+            spec = pod_spec_of(self.template.render(row))
+        except (RowError, WorkloadError) as exc:
+            return RowVerdict(UNRENDERABLE, detail=str(exc))
+        return self._decide(spec)
+
+    def _decide(self, spec: Mapping) -> RowVerdict:
+        try:
+            decision = core.decide(spec, self.inventory, require=self.require, now=self.now)
+        except (WorkloadError, SchedulingSpecError) as exc:
             return RowVerdict(UNRENDERABLE, detail=str(exc))
         return verdict_of(decision, keep_unknown=self.keep_unknown)
+
+
+def _presence(reached: tuple[int, object], length: int) -> object:
+    depth, value = reached
+    return True if depth == length else (depth, _freeze(value))
 
 
 def verdict_of(decision: core.Decision, *, keep_unknown: bool = False) -> RowVerdict:

@@ -21,10 +21,23 @@ class DistinctInputs:
     group_of_row: np.ndarray  # for each table row, its index into `rows`
 
 
-def distinct_inputs(table: pa.Table, paths: tuple[tuple[str | int, ...], ...] | None) -> DistinctInputs | None:
-    """None when the paths cannot be followed column-wise (the caller goes row by row)."""
+def distinct_inputs(
+    table: pa.Table,
+    paths: tuple[tuple[str | int, ...], ...] | None,
+    present: tuple[tuple[str | int, ...], ...] = (),
+) -> DistinctInputs | None:
+    """Rows grouped by their values at `paths`; `present` paths only need to be there or not,
+    which is the same for every row of a column (they get an empty string as placeholder).
+    None when the paths cannot be followed column-wise (the caller goes row by row)."""
     if paths is None:
         return None
+    placeholders = []
+    for path in present:
+        column = _column(table, path)
+        if column is None:
+            return None
+        if column is not _ABSENT:
+            placeholders.append(path)
     columns = []
     for path in paths:
         column = _column(table, path)
@@ -38,12 +51,15 @@ def distinct_inputs(table: pa.Table, paths: tuple[tuple[str | int, ...], ...] | 
         if column is _ABSENT:
             continue
         try:
-            encoded = pc.dictionary_encode(column.combine_chunks(), null_encoding="encode")
-        except pa.ArrowNotImplementedError:
+            array = column.combine_chunks()
+            if pa.types.is_dictionary(array.type):
+                array = array.dictionary_decode()  # re-encoding a dictionary would leave its nulls unencoded
+            encoded = pc.dictionary_encode(array, null_encoding="encode")
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):  # e.g. over 2 GiB of strings: go row by row
             return None
         indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
         values = encoded.dictionary.to_pylist()
-        if codes.max(initial=0) * max(len(values), 1) >= 2**62:
+        if int(codes.max(initial=0)) * max(len(values), 1) >= 2**62:  # int(): no int64 wraparound
             codes = np.unique(codes, return_inverse=True)[1].astype(np.int64)  # re-compact before overflow
         codes = codes * max(len(values), 1) + indices
         decoders.append((path, indices, values))
@@ -53,6 +69,8 @@ def distinct_inputs(table: pa.Table, paths: tuple[tuple[str | int, ...], ...] | 
         row: dict = {}
         for path, indices, values in decoders:
             _set(row, path, values[indices[row_index]])
+        for path in placeholders:
+            _set(row, path, "")
         rows.append(row)
     return DistinctInputs(rows, inverse.reshape(-1))
 
@@ -71,7 +89,7 @@ def _column(table: pa.Table, path: tuple[str | int, ...]):
         if column.null_count:
             return None  # a null struct makes the field undefined, not None: go row by row
         if column.type.get_field_index(key) < 0:
-            return _ABSENT
+            return None  # the parent exists but lacks the field: go row by row, which keeps the parent
         column = pc.struct_field(column, key)
     type_ = column.type
     if pa.types.is_dictionary(type_):

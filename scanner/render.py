@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import contextvars
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import jinja2
 import yaml
 from jinja2 import nodes
+
+from scanner.slots import plan_slots
+from jinja2.utils import missing as _NO_PARENT
 
 JOB_NAME = "image-preflight-scan"  # job names never reach an image; one constant keeps renders cacheable
 _printed_undefined: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("printed_undefined", default=None)
@@ -27,13 +31,15 @@ def yaml_escape(value: object) -> str:
 
 
 class _NoticingUndefined(jinja2.Undefined):
-    """Renders as the default Undefined does (""), but records that it was printed."""
+    """Renders as the default Undefined does (""), but records that a row field was printed."""
 
     __slots__ = ()
 
     def __str__(self) -> str:
         noticed = _printed_undefined.get()
-        if noticed is not None:
+        # Only a missing field of a value (input.x) speaks about the row; an unknown top-level
+        # variable prints "" for every row alike.
+        if noticed is not None and self._undefined_obj is not _NO_PARENT:
             noticed.append(self._undefined_name or "?")
         return ""
 
@@ -44,6 +50,10 @@ class TemplateError(ValueError):
 
 class RowError(ValueError):
     """This row cannot be rendered into a Job; the message names the field."""
+
+
+class JobShapeError(RowError):
+    """The rendered text is not exactly one Job; for the probe row, a flaw of the template itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +73,18 @@ def image_template(expression: str) -> str:
         "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ job_name | yaml_escape }}\n"
         "spec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n"
         "      containers:\n      - name: rollout\n"
-        "{% set image %}" + expression + "{% endset %}"
-        "        image: {{ image | yaml_escape }}\n        imagePullPolicy: IfNotPresent\n"
+        f"{_image_line(expression)}        imagePullPolicy: IfNotPresent\n"
     )
+
+
+def _image_line(expression: str) -> str:
+    # 'text{{ a }}more' as one escaped expression ("text" ~ (a) ~ "more"), so the image is a
+    # slot (scanner.slots) rendered per image rather than per row; anything fancier is captured.
+    parts = re.split(r"{{(.*?)}}", expression)
+    if "{%" in expression or "{#" in expression or len(parts) == 1:
+        return "{% set image %}" + expression + "{% endset %}        image: {{ image | yaml_escape }}\n"
+    terms = [json.dumps(p) if i % 2 == 0 else f"({p})" for i, p in enumerate(parts) if i % 2 or p]
+    return "        image: {{ (" + " ~ ".join(terms) + ") | yaml_escape }}\n"
 
 
 class JobTemplate:
@@ -79,15 +98,40 @@ class JobTemplate:
             tree = env.parse(source)
             self._template = env.from_string(tree)
         except jinja2.TemplateSyntaxError as exc:
-            raise TemplateError(f"{name}:{exc.lineno}: {exc.message}") from None
+            raise TemplateError(f"{name}:{exc.lineno}: {' '.join(str(exc.message).split())}") from None
+        for node in tree.find_all((nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport)):
+            # The controller's Environment has no loader: every row would fail there.
+            raise TemplateError(f"{name}:{node.lineno}: cannot load other templates (no template loader)")
         self.paths: tuple[tuple[str | int, ...], ...] | None = input_paths(tree)
+        self.plan = None
+        if self.paths is not None:
+            parents = _parents(tree)
+            self.plan = plan_slots(env, tree, list(_input_chains(tree, parents)), parents)
 
     def render(self, row: Mapping) -> dict:
         """The Job for `row`; RowError names a field the row lacks or what went wrong."""
+        return self.load(self.render_text(row))
+
+    def render_text(self, row: Mapping) -> str:
+        """The rendered YAML text for `row` (see render)."""
+        return self._render(self._template, row)
+
+    def render_shape(self, row: Mapping) -> str:
+        """The text with every slot printing its marker (see scanner.slots)."""
+        return self._render(self.plan.shape, row)  # type: ignore[union-attr]
+
+    def render_slot(self, slot, row: Mapping) -> str:
+        """The text a slot's expression gives for `row`, before yaml_escape quotes it."""
+        return self._render(slot.expression, row)
+
+    def _render(self, template: jinja2.Template, row: Mapping) -> str:
         noticed: list[str] = []
         token = _printed_undefined.set(noticed)
         try:
-            text = self._template.render(input=row, job_name=JOB_NAME)
+            text = template.render(input=row, job_name=JOB_NAME)
+        except jinja2.UndefinedError as exc:
+            # input.a.b with `a` absent or null: Jinja fails on `.b`; name the whole field.
+            raise RowError(self._missing_parent(row) or f"template error: {exc}") from None
         except jinja2.TemplateError as exc:
             raise RowError(f"template error: {exc}") from None
         except Exception as exc:  # a filter or method applied to a value of the wrong type
@@ -96,19 +140,19 @@ class JobTemplate:
             _printed_undefined.reset(token)
         if noticed:
             raise RowError(f"field {self._field_path(row, noticed[0])}: missing")
-        return self.load(text)
+        return text
 
     def load(self, text: str) -> dict:
         try:
-            documents = [d for d in yaml.safe_load_all(text) if d is not None]
+            documents = _load_all(text)
         except yaml.YAMLError as exc:
-            raise RowError(f"rendered YAML does not parse: {' '.join(str(exc).split())}") from None
+            raise JobShapeError(f"rendered YAML does not parse: {' '.join(str(exc).split())}") from None
         if len(documents) != 1:
-            raise RowError(f"renders {len(documents)} YAML documents, not exactly one Job")
+            raise JobShapeError(f"renders {len(documents)} YAML documents, not exactly one Job")
         job = documents[0]
         if not isinstance(job, dict) or job.get("kind") != "Job":
             kind = job.get("kind") if isinstance(job, dict) else type(job).__name__
-            raise RowError(f"renders kind {kind!r}, not Job")
+            raise JobShapeError(f"renders kind {kind!r}, not Job")
         return job
 
     def probe_row(self) -> dict:
@@ -126,16 +170,42 @@ class JobTemplate:
         """Fail early when the template cannot render one Job even for a well-formed row."""
         try:
             self.render(self.probe_row())
-        except RowError as exc:
-            if str(exc).startswith("field "):
-                return  # depends on row content we cannot guess; judged per row
+        except JobShapeError as exc:
             raise TemplateError(f"{self.name}: {exc}") from None
+        except RowError:
+            return  # a missing field or a value of the wrong type: depends on the row, judged per row
 
     def _field_path(self, row: Mapping, name: str) -> str:
         for path in self.paths or ():
             if path and path[-1] == name and lookup(row, path) is MISSING:
-                return "input." + ".".join(map(str, path))
+                return _dotted(path)
         return f"input.{name}" if self.paths is not None else name
+
+    def _missing_parent(self, row: Mapping) -> str | None:
+        """'field input.a.b: missing' for the first read field whose parent is absent or null."""
+        for path in self.paths or ():
+            depth, value = reach(row, path)
+            if depth < len(path) - 1 and (value is MISSING or value is None):
+                null = f" ({_dotted(path[:depth])} is null)" if value is None else ""
+                return f"field {_dotted(path)}: missing{null}"
+        return None
+
+
+def _load_all(text: str) -> list:
+    """yaml.safe_load_all, as the controller calls it, without its empty documents.
+
+    libyaml (CSafeLoader) builds the same documents eight times faster; where it objects, the
+    pure-Python loader the controller uses has the last word, so errors read the same.
+    """
+    if _FastLoader is not None:
+        try:
+            return [d for d in yaml.load_all(text, Loader=_FastLoader) if d is not None]
+        except yaml.YAMLError:
+            pass
+    return [d for d in yaml.safe_load_all(text) if d is not None]
+
+
+_FastLoader = getattr(yaml, "CSafeLoader", None)
 
 
 class _Missing:
@@ -149,27 +219,47 @@ MISSING = _Missing()
 
 
 def lookup(row: object, path: tuple[str | int, ...]) -> object:
+    """The value at `path`, or MISSING."""
+    depth, value = reach(row, path)
+    return value if depth == len(path) else MISSING
+
+
+def reach(row: object, path: tuple[str | int, ...]) -> tuple[int, object]:
+    """How many keys of `path` can be followed through mappings and lists, and the value there.
+
+    The value is MISSING when a mapping lacks the next key (or a list the index); otherwise it is
+    the last value reached, whose own attributes (`str.lower`, None's) decide the rest.
+    """
     node = row
-    for key in path:
+    for depth, key in enumerate(path):
         if isinstance(node, Mapping):
             if key not in node:
-                return MISSING
+                return depth, MISSING
             node = node[key]
-        elif isinstance(node, (list, tuple)) and isinstance(key, int) and -len(node) <= key < len(node):
+        elif isinstance(node, (list, tuple)) and isinstance(key, int):
+            if not -len(node) <= key < len(node):
+                return depth, MISSING
             node = node[key]
         else:
-            return MISSING
-    return node
+            return depth, node
+    return len(path), node
 
 
-def input_paths(tree: nodes.Template) -> tuple[tuple[str | int, ...], ...] | None:
-    """Every `input.a.b` / `input["a"][0]` chain the template reads, longest form; None when
-    `input` is used in a way we cannot follow (passed whole, indexed by a variable, ...)."""
-    paths: set[tuple[str | int, ...]] = set()
+def _dotted(path: tuple[str | int, ...]) -> str:
+    return "".join(["input", *(f".{key}" if isinstance(key, str) else f"[{key}]" for key in path)])
+
+
+def _parents(tree: nodes.Template) -> dict[int, nodes.Node]:
     parents: dict[int, nodes.Node] = {}
     for parent in tree.find_all(nodes.Node):
         for child in parent.iter_child_nodes():
             parents[id(child)] = parent
+    return parents
+
+
+def _input_chains(tree: nodes.Template, parents: dict[int, nodes.Node]):
+    """(path, outermost node of the chain, the `input` Name) for every read of `input`; path ()
+    when the row itself is used."""
     for name in tree.find_all(nodes.Name):
         if name.name != "input" or name.ctx != "load":
             continue
@@ -180,11 +270,22 @@ def input_paths(tree: nodes.Template) -> tuple[tuple[str | int, ...], ...] | Non
             key = _step(parent, node)
             if key is None:
                 break
+            caller = parents.get(id(parent))
+            if isinstance(caller, nodes.Call) and caller.node is parent:
+                break  # `input.name.lower()`: a method of the value, not a field
             path.append(key)
             node = parent  # type: ignore[assignment]
+        yield tuple(path), node, name
+
+
+def input_paths(tree: nodes.Template) -> tuple[tuple[str | int, ...], ...] | None:
+    """Every `input.a.b` / `input["a"][0]` chain the template reads, longest form; None when
+    `input` is used in a way we cannot follow (passed whole, indexed by a variable, ...)."""
+    paths: set[tuple[str | int, ...]] = set()
+    for path, _, _ in _input_chains(tree, _parents(tree)):
         if not path:
             return None  # the row itself is used: every field may matter
-        paths.add(tuple(path))
+        paths.add(path)
     if any(n.name == "input" and n.ctx == "store" for n in tree.find_all(nodes.Name)):
         return None
     return tuple(sorted(paths, key=lambda p: tuple(map(str, p))))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,14 +62,29 @@ class ScanResult:
 
 
 def scan(
-    paths: Sequence[Path], judge: RowJudge, *, out_dir: Path | None = None, progress: Progress | None = None
+    paths: Sequence[Path],
+    judge: RowJudge,
+    *,
+    out_dir: Path | None = None,
+    progress: Progress | None = None,
+    protect: Sequence[Path] = (),
 ) -> ScanResult:
+    """`protect`: more files (template, snapshots) that an output must not replace."""
     for path in paths:
         datasets.dataset_format(path)
-    outputs = datasets.output_paths(paths, out_dir) if out_dir is not None else [None] * len(paths)
+    outputs = datasets.output_paths(paths, out_dir, extra=protect) if out_dir is not None else [None] * len(paths)
     result = ScanResult()
-    for path, output in zip(paths, outputs):
-        result.files.append(scan_file(path, judge, output=output, progress=progress))
+    # Every output is staged and moved into place only once all inputs were read: an unreadable
+    # later input leaves no output of an earlier one.
+    try:
+        with ExitStack() as staged:
+            for path, output in zip(paths, outputs):
+                stage = Path(staged.enter_context(datasets.atomic_path(output))) if output is not None else None
+                file_result = scan_file(path, judge, output=stage, progress=progress)
+                file_result.output = output
+                result.files.append(file_result)
+    except OSError as exc:  # inputs are read with their own errors; this is the out-dir
+        raise UsageError(f"{out_dir}: cannot write ({exc.strerror or exc})") from None
     result.renders = judge.renders
     return result
 
@@ -103,9 +119,9 @@ def _scan_parquet(path: Path, judge: RowJudge, output: Path | None, progress: Pr
     table = datasets.read_parquet(path)
     if table.num_rows == 0:
         raise UsageError(f"{path}: no rows")
-    inputs = distinct_inputs(table, judge.template.paths)
-    if inputs is not None:
-        verdicts = [judge.judge(row) for row in inputs.rows]
+    inputs = distinct_inputs(table, judge.value_paths, judge.presence_paths)
+    verdicts = [judge.shared_verdict(row) for row in inputs.rows] if inputs is not None else [None]
+    if None not in verdicts:
         keep_group = np.fromiter((v.kept for v in verdicts), dtype=bool, count=len(verdicts))
         keep = keep_group[inputs.group_of_row]
         dropped = [

@@ -1,0 +1,174 @@
+"""Render a template's shape once, and only its escaped values per row.
+
+Rollout templates print row fields as `{{ expr | yaml_escape }}`: each such *slot* becomes one
+JSON-quoted YAML string, whatever the row holds, so it cannot change the document's shape. The
+fields read anywhere else *steer* the shape. Rendering the template with a marker in every
+slot gives the Job's shape for all rows that agree on the steering fields; a row's verdict then
+needs only its slot values in the pod's image and scheduling fields, not a render and a YAML
+parse of its own. The markers are checked to stand as whole string values, so substituting a
+slot's text gives exactly what the controller's YAML parse would.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import jinja2
+from jinja2 import nodes
+
+from webhook.workloads import CONTAINER_FIELDS
+
+_MARKER = "image-preflight-slot-{}-5d1f"
+_SCHEDULING_FIELDS = ("nodeName", "nodeSelector", "affinity", "tolerations")
+_SLOT_NAMES = frozenset({"input", "job_name"})
+Path = tuple  # tuple[str | int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    marker: str
+    expression: jinja2.Template  # renders str(expr) for a row
+    paths: tuple[Path, ...]  # the input fields expr reads
+    bare: Path | None  # expr is exactly input.<bare>
+
+
+@dataclass(frozen=True, slots=True)
+class SlotPlan:
+    slots: tuple[Slot, ...]
+    shape: jinja2.Template  # the template with every slot printing its marker
+    steering: tuple[Path, ...]  # fields read outside slots
+
+
+def plan_slots(env: jinja2.Environment, tree: nodes.Template, chains, parents) -> SlotPlan | None:
+    """`chains`: [(path, outermost chain node, Name node)] of every `input` read."""
+    found = []  # (output position, expression)
+    for out_index, output in enumerate(tree.find_all(nodes.Output)):
+        for node_index, child in enumerate(output.nodes):
+            if _is_slot(child, env):
+                found.append(((out_index, node_index), child.node))
+    if not found:
+        return None
+    inside: dict[int, int] = {}  # id(node) -> slot number
+    for number, (_, expression) in enumerate(found):
+        inside[id(expression)] = number
+        for node in expression.find_all(nodes.Node):
+            inside[id(node)] = number
+    slot_paths: list[set] = [set() for _ in found]
+    bare: list[Path | None] = [None] * len(found)
+    steering = set()
+    for path, top, name in chains:
+        number = inside.get(id(name))
+        if number is None:
+            steering.add(path)
+            continue
+        slot_paths[number].add(path)
+        if top is found[number][1]:
+            bare[number] = path
+    shape_tree = copy.deepcopy(tree)
+    outputs = list(shape_tree.find_all(nodes.Output))
+    slots = []
+    for number, ((out_index, node_index), expression) in enumerate(found):
+        marker = _MARKER.format(number)
+        outputs[out_index].nodes[node_index].node = nodes.Const(marker)
+        template = env.from_string(nodes.Template([nodes.Output([copy.deepcopy(expression)])]))
+        slots.append(Slot(marker, template, tuple(sorted(slot_paths[number], key=_order)), bare[number]))
+    return SlotPlan(tuple(slots), env.from_string(shape_tree), tuple(sorted(steering, key=_order)))
+
+
+def _order(path: Path) -> tuple:
+    return tuple(map(str, path))
+
+
+def _is_slot(child: nodes.Node, env: jinja2.Environment) -> bool:
+    if not (
+        isinstance(child, nodes.Filter)
+        and child.name == "yaml_escape"
+        and not child.args
+        and not child.kwargs
+        and child.dyn_args is None
+        and child.dyn_kwargs is None
+        and child.node is not None
+    ):
+        return False
+    names = list(child.node.find_all(nodes.Name))
+    if isinstance(child.node, nodes.Name):
+        names.append(child.node)
+    # Only the row, the job name and globals: loop or `set` variables exist only in place.
+    return any(n.name == "input" for n in names) and all(
+        n.name in _SLOT_NAMES or n.name in env.globals for n in names
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """One rendering of the shape: the pod's decision fields, with markers where slots go."""
+
+    fields: dict  # a pod spec holding only what the decision reads
+    deciding: frozenset[str]  # markers inside those fields
+
+
+def shape_of(text: str, spec: Mapping, job: Mapping, markers: list[str]) -> Shape | None:
+    """None unless every marker in `text` is a whole string value of `job` (never a key, a
+    comment, or part of a longer string), so that any slot text substitutes exactly."""
+    counts = dict.fromkeys(markers, 0)
+    for value, is_key in _strings(job):
+        if "image-preflight-slot-" not in value:
+            continue
+        if is_key or value not in counts:
+            return None
+        counts[value] += 1
+    if any(text.count(marker) != count for marker, count in counts.items()):
+        return None
+    fields = decision_fields(spec)
+    encoded = json.dumps(fields, default=str)
+    return Shape(fields, frozenset(m for m in markers if m in encoded))
+
+
+def decision_fields(spec: Mapping) -> dict:
+    fields: dict = {}
+    for field in CONTAINER_FIELDS:
+        if field not in spec:
+            continue
+        value = spec[field]
+        if isinstance(value, list):
+            # Container names only label messages: leaving them out keeps them from deciding.
+            value = [
+                {k: c[k] for k in ("image", "imagePullPolicy") if k in c} if isinstance(c, Mapping) else c
+                for c in value
+            ]
+        fields[field] = value
+    for field in _SCHEDULING_FIELDS:
+        if field in spec:
+            fields[field] = spec[field]
+    return fields
+
+
+def substitute(node: object, texts: Mapping[str, str]) -> object:
+    if isinstance(node, str):
+        return texts.get(node, node)
+    if isinstance(node, Mapping):
+        return {k: substitute(v, texts) for k, v in node.items()}
+    if isinstance(node, list):
+        return [substitute(v, texts) for v in node]
+    return node
+
+
+def survives_yaml(text: str) -> bool:
+    """Whether json.dumps(text) parses back to `text` in YAML: a character past U+FFFF is
+    escaped as a surrogate pair, which YAML reads back as two lone surrogates."""
+    return text.isascii() or all(ord(c) <= 0xFFFF for c in text)
+
+
+def _strings(node: object, is_key: bool = False) -> Iterator[tuple[str, bool]]:
+    if isinstance(node, str):
+        yield node, is_key
+    elif isinstance(node, Mapping):
+        for key, value in node.items():
+            yield from _strings(key, True)
+            yield from _strings(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _strings(item)

@@ -1,0 +1,444 @@
+"""`image-preflight scan` end to end: datasets in, kept rows and reports out, exit codes."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from image_preflight.cli import main
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLE = REPO / "examples" / "swe-smith"
+
+TEMPLATE = """apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ job_name }}
+  labels:
+    app.kubernetes.io/managed-by: agentlightning
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: rollout
+        image: {{ (input.image_name ~ ":openai") | yaml_escape }}
+        imagePullPolicy: IfNotPresent
+"""
+IMAGE = "{{ input.image_name }}:openai"
+
+
+def node(name, images=(), *, labels=None, taints=None):
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
+        "spec": {"taints": taints} if taints else {},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "images": [{"names": [f"docker.io/library/{image}"], "sizeBytes": 1000 - i} for i, image in enumerate(images)],
+        },
+    }
+
+
+def write_nodes(path: Path, *nodes) -> Path:
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": list(nodes)}))
+    return path
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def rows_of(*names):
+    return [{"instance_id": f"id-{i}", "image_name": name} for i, name in enumerate(names)]
+
+
+def summary(stdout: str) -> dict[str, dict[str, int]]:
+    """The summary table as {file: {column: count}}."""
+    lines = [line for line in stdout.splitlines() if line.count("┃") > 3 or line.count("│") > 3]
+    header = [cell.strip() for cell in re.split("[┃│]", lines[0])[1:-1]]
+    table = {}
+    for line in lines[1:]:
+        cells = [cell.strip() for cell in re.split("[┃│]", line)[1:-1]]
+        if len(cells) == len(header) and cells[0] and cells[1].isdigit():
+            table[cells[0]] = {column: int(value) for column, value in zip(header[1:], cells[1:])}
+    return table
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.count("\n") == 1, err
+    return err
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch):
+    """A working directory with a one-node inventory holding `good:openai` and `other:openai`."""
+    monkeypatch.chdir(tmp_path)
+    write_nodes(tmp_path / "nodes.json", node("node-a", ["good:openai", "other:openai"]))
+    (tmp_path / "job.yaml").write_text(TEMPLATE)
+    return tmp_path
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+# --- the example from the README ------------------------------------------------------------------
+
+
+def test_readme_command_drops_rows_whose_images_cpu_node_1_lacks(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    datasets = ["examples/swe-smith/train.jsonl", "examples/swe-smith/val.jsonl"]
+    before = {name: (REPO / name).read_bytes() for name in datasets}
+    report = tmp_path / "report.json"
+    code = main(
+        ["scan", *datasets, "--template", "examples/swe-smith/job.yaml", "--inventory", "examples/swe-smith/nodes.json",
+         "--report", str(report)]
+    )
+    assert code == 0
+
+    # The Job selects pool=cpu, so only cpu-node-1 counts; its names are docker.io/library/...
+    nodes = json.loads((EXAMPLE / "nodes.json").read_text())["items"]
+    (cpu,) = [n for n in nodes if n["metadata"]["labels"].get("pool") == "cpu"]
+    held = {name.removeprefix("docker.io/library/") for image in cpu["status"]["images"] for name in image["names"]}
+    expected = {}
+    for name in datasets:
+        lines = (REPO / name).read_text().splitlines()
+        for number, line in enumerate(lines, start=1):
+            row = json.loads(line)
+            if "image_name" not in row:
+                expected[(name, number)] = ("unrenderable", [])
+            elif f"{row['image_name']}:openai" not in held:
+                expected[(name, number)] = ("missing", [f"{row['image_name']}:openai"])
+    assert any(reason == "missing" for reason, _ in expected.values())
+    assert any(reason == "unrenderable" for reason, _ in expected.values())
+
+    dropped = json.loads(report.read_text())["dropped"]
+    assert {(d["file"], d["line"]): (d["reason"], d["images"]) for d in dropped} == expected
+    assert all(d["nodes"] == ["cpu-node-1"] for d in dropped if d["reason"] == "missing")
+
+    table = summary(capsys.readouterr().out)
+    for name in datasets:
+        total = len((REPO / name).read_text().splitlines())
+        drops = [reason for (file, _), (reason, _) in expected.items() if file == name]
+        assert table[name]["rows"] == total
+        assert table[name]["kept"] == total - len(drops)
+        assert table[name]["missing"] == drops.count("missing")
+        assert table[name]["unrenderable"] == drops.count("unrenderable")
+    assert {name: (REPO / name).read_bytes() for name in datasets} == before
+
+
+# --- kept rows written out ------------------------------------------------------------------------
+
+
+def test_out_dir_gets_the_kept_rows_verbatim_in_order(work, capsys):
+    lines = [
+        '{"image_name": "good", "note": "caf\\u00e9", "n": 1.50}',
+        '{ "image_name" : "missing1" }',
+        "",
+        '{"n": 3, "image_name": "other", "nested": {"b": [1, 2], "a": null}}',
+        '{"image_name":"good","z":"ünï"}',
+    ]
+    (work / "data").mkdir()
+    source = work / "data" / "train.jsonl"
+    source.write_bytes(("\n".join(lines) + "\n").encode())
+    listing = [{"image_name": "missing2", "k": 1}, {"image_name": "good", "k": 2, "deep": {"x": [None, True]}}]
+    (work / "data" / "val.json").write_text(json.dumps(listing))
+    before = snapshot(work / "data")
+    (work / "out").mkdir()
+
+    code = main(["scan", "data/train.jsonl", "data/val.json", "--template", "job.yaml", "--inventory", "nodes.json",
+                 "--out-dir", "out"])
+
+    assert code == 0
+    assert (work / "out" / "train.jsonl").read_bytes() == (
+        "\n".join([lines[0], lines[3], lines[4]]) + "\n"
+    ).encode()
+    assert json.loads((work / "out" / "val.json").read_text()) == [listing[1]]
+    assert sorted(p.name for p in (work / "out").iterdir()) == ["train.jsonl", "val.json"]  # no temp files
+    assert snapshot(work / "data") == before
+    out = capsys.readouterr().out
+    table = summary(out)
+    assert table["data/train.jsonl"] == {
+        "rows": 4, "kept": 3, "missing": 1, "unknown": 0, "unrenderable": 0, "invalid": 0, "no-eligible-node": 0
+    }
+    assert table["data/val.json"]["kept"] == 1 and table["data/val.json"]["missing"] == 1
+
+
+def test_crlf_lines_and_a_last_line_without_newline_are_kept_verbatim(work):
+    (work / "data").mkdir()
+    (work / "data" / "train.jsonl").write_bytes(
+        b'\xef\xbb\xbf{"image_name": "good"}\r\n{"image_name": "lost"}\r\n\r\n{"image_name": "other"}'
+    )
+    (work / "out").mkdir()
+    assert main(["scan", "data/train.jsonl", "--image", IMAGE, "--inventory", "nodes.json", "--out-dir", "out"]) == 0
+    assert (work / "out" / "train.jsonl").read_bytes() == (
+        b'\xef\xbb\xbf{"image_name": "good"}\r\n{"image_name": "other"}\n'
+    )
+
+
+def test_out_dir_holding_an_input_is_refused(work, capsys):
+    write_jsonl(work / "train.jsonl", rows_of("good", "missing"))
+    before = snapshot(work)
+    code = main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "nodes.json", "--out-dir", "."])
+    assert code == 2
+    assert "train.jsonl" in one_line_error(capsys)
+    assert snapshot(work) == before
+
+
+def test_output_that_would_replace_the_inventory_is_refused(work, capsys):
+    (work / "data").mkdir()
+    (work / "data" / "nodes.json").write_text(json.dumps([{"image_name": "good"}]))  # a dataset named nodes.json
+    before = snapshot(work)
+    assert main(["scan", "data/nodes.json", "--image", IMAGE, "--inventory", "nodes.json", "--out-dir", "."]) == 2
+    assert "nodes.json" in one_line_error(capsys)
+    assert snapshot(work) == before
+
+
+def test_out_dir_that_does_not_exist_is_refused(work, capsys):
+    write_jsonl(work / "train.jsonl", rows_of("good"))
+    assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "nodes.json", "--out-dir", "nowhere"]) == 2
+    assert "nowhere" in one_line_error(capsys)
+    assert not (work / "nowhere").exists()
+
+
+def test_two_inputs_with_one_file_name_are_refused(work, capsys):
+    for folder in ("a", "b"):
+        (work / folder).mkdir()
+        write_jsonl(work / folder / "train.jsonl", rows_of("good"))
+    (work / "out").mkdir()
+    code = main(["scan", "a/train.jsonl", "b/train.jsonl", "--image", IMAGE, "--inventory", "nodes.json",
+                 "--out-dir", "out"])
+    assert code == 2
+    assert "train.jsonl" in one_line_error(capsys)
+    assert list((work / "out").iterdir()) == []
+
+
+def test_an_unreadable_later_input_leaves_no_output_of_an_earlier_one(work, capsys):
+    write_jsonl(work / "first.jsonl", rows_of("good", "missing"))
+    (work / "second.jsonl").write_text('{"image_name": "good"}\n{"image_name": \n')
+    (work / "out").mkdir()
+    code = main(["scan", "first.jsonl", "second.jsonl", "--image", IMAGE, "--inventory", "nodes.json",
+                 "--out-dir", "out"])
+    assert code == 2
+    assert "second.jsonl:2" in one_line_error(capsys)
+    assert list((work / "out").iterdir()) == []
+
+
+def test_an_existing_output_is_replaced(work):
+    write_jsonl(work / "train.jsonl", rows_of("good", "missing"))
+    (work / "out").mkdir()
+    (work / "out" / "train.jsonl").write_text("stale\n" * 100)
+    assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "nodes.json", "--out-dir", "out"]) == 0
+    assert [json.loads(line)["image_name"] for line in (work / "out" / "train.jsonl").read_text().splitlines()] == [
+        "good"
+    ]
+
+
+# --- reports --------------------------------------------------------------------------------------
+
+
+def test_report_lists_every_dropped_row(work, capsys):
+    rows = rows_of("good", "lost-a", "Bad", "lost-b") + [{"instance_id": "no-image"}] + rows_of("lost-a")
+    (work / "train.jsonl").write_text("\n" + "".join(json.dumps(r) + "\n" for r in rows))  # a blank first line
+    code = main(["scan", "train.jsonl", "--template", "job.yaml", "--inventory", "nodes.json",
+                 "--report", "report.json", "--missing-images", "missing.txt"])
+    assert code == 0
+    report = json.loads((work / "report.json").read_text())
+    dropped = [{k: d[k] for k in ("file", "row", "line", "reason", "images", "nodes")} for d in report["dropped"]]
+    assert dropped == [
+        {"file": "train.jsonl", "row": 1, "line": 3, "reason": "missing", "images": ["lost-a:openai"], "nodes": ["node-a"]},
+        {"file": "train.jsonl", "row": 2, "line": 4, "reason": "invalid", "images": ["Bad:openai"], "nodes": []},
+        {"file": "train.jsonl", "row": 3, "line": 5, "reason": "missing", "images": ["lost-b:openai"], "nodes": ["node-a"]},
+        {"file": "train.jsonl", "row": 4, "line": 6, "reason": "unrenderable", "images": [], "nodes": []},
+        {"file": "train.jsonl", "row": 5, "line": 7, "reason": "missing", "images": ["lost-a:openai"], "nodes": ["node-a"]},
+    ]
+    assert "input.image_name" in report["dropped"][3]["detail"]
+    assert report["files"][0]["rows"] == 6 and report["files"][0]["kept"] == 1
+    assert (work / "missing.txt").read_text() == "lost-a:openai\nlost-b:openai\n"
+    out = capsys.readouterr().out
+    assert "train.jsonl:6: unrenderable: field input.image_name: missing" in out
+
+
+@pytest.mark.parametrize("option", ["--report", "--missing-images"])
+@pytest.mark.parametrize("target", ["train.jsonl", "nodes.json", "job.yaml"])
+def test_report_over_an_input_is_refused(work, capsys, option, target):
+    write_jsonl(work / "train.jsonl", rows_of("good", "missing"))
+    before = snapshot(work)
+    args = ["scan", "train.jsonl", "--template", "job.yaml", "--inventory", "nodes.json", option, target]
+    assert main(args) == 2
+    assert option in one_line_error(capsys)
+    assert snapshot(work) == before
+
+
+def test_image_shortcut_drops_like_the_template(work):
+    rows = rows_of("good", "lost", "Bad", "other") + [{"x": 1}]
+    write_jsonl(work / "train.jsonl", rows)
+    for name, source in (("template", ["--template", "job.yaml"]), ("image", ["--image", IMAGE])):
+        assert main(["scan", "train.jsonl", *source, "--inventory", "nodes.json", "--report", f"{name}.json"]) == 0
+    by_template = json.loads((work / "template.json").read_text())["dropped"]
+    by_image = json.loads((work / "image.json").read_text())["dropped"]
+    assert [(d["row"], d["reason"], d["images"]) for d in by_image] == [
+        (d["row"], d["reason"], d["images"]) for d in by_template
+    ]
+    assert [d["reason"] for d in by_image] == ["missing", "invalid", "unrenderable"]
+
+
+# --- inventories and placement --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("require", "kept"), [("all", 1), ("any", 2)])
+def test_require_all_or_any_node(work, require, kept):
+    write_nodes(work / "two.json", node("n1", ["shared:openai", "only-n1:openai"]), node("n2", ["shared:openai"]))
+    write_jsonl(work / "train.jsonl", rows_of("shared", "only-n1", "nowhere"))
+    code = main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "two.json", "--require", require,
+                 "--report", "report.json"])
+    assert code == 0
+    report = json.loads((work / "report.json").read_text())
+    assert report["files"][0]["kept"] == kept
+    by_row = {d["row"]: d for d in report["dropped"]}
+    assert by_row[2]["reason"] == "missing" and sorted(by_row[2]["nodes"]) == ["n1", "n2"]
+    if require == "all":
+        assert by_row[1]["reason"] == "missing" and by_row[1]["nodes"] == ["n2"]
+    else:
+        assert 1 not in by_row
+
+
+def test_truncated_node_list_is_unknown_unless_kept(work):
+    filler = [f"filler-{i}:v1" for i in range(49)]
+    write_nodes(work / "big.json", node("big", ["good:openai", *filler]))  # 50 images: the kubelet's cap
+    write_jsonl(work / "train.jsonl", rows_of("good", "absent"))
+    args = ["scan", "train.jsonl", "--image", IMAGE, "--inventory", "big.json", "--report", "report.json"]
+
+    assert main(args) == 0
+    report = json.loads((work / "report.json").read_text())
+    assert [(d["row"], d["reason"], d["nodes"]) for d in report["dropped"]] == [(1, "unknown", ["big"])]
+    assert main([*args, "--missing-images", "missing.txt"]) == 0
+    assert (work / "missing.txt").read_text() == ""  # unknown is not missing
+
+    assert main([*args, "--keep-unknown"]) == 0
+    assert json.loads((work / "report.json").read_text())["dropped"] == []
+
+    assert main([*args, "--max-images", "-1"]) == 0  # no cap: the list is complete
+    assert [d["reason"] for d in json.loads((work / "report.json").read_text())["dropped"]] == ["missing"]
+
+
+def test_node_selector_matching_no_node_is_no_eligible_node(work):
+    (work / "gpu.yaml").write_text(TEMPLATE.replace("      restartPolicy: Never\n",
+                                                    "      restartPolicy: Never\n      nodeSelector: {pool: gpu}\n"))
+    write_jsonl(work / "train.jsonl", rows_of("good"))
+    code = main(["scan", "train.jsonl", "--template", "gpu.yaml", "--inventory", "nodes.json", "--report", "r.json"])
+    assert code == 0
+    (dropped,) = json.loads((work / "r.json").read_text())["dropped"]
+    assert dropped["reason"] == "no-eligible-node"
+
+
+def test_tainted_node_is_not_eligible(work):
+    write_nodes(work / "two.json", node("gpu", ["good:openai"], taints=[{"key": "gpu", "effect": "NoSchedule"}]),
+                node("cpu", []))
+    write_jsonl(work / "train.jsonl", rows_of("good"))
+    assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "two.json", "--report", "r.json"]) == 0
+    (dropped,) = json.loads((work / "r.json").read_text())["dropped"]
+    assert (dropped["reason"], dropped["nodes"]) == ("missing", ["cpu"])
+
+
+def test_several_inventory_files_are_merged(work):
+    (work / "crictl.json").write_text(json.dumps({"images": [{"id": "sha256:" + "a" * 64, "repoTags": ["docker.io/library/x:1"]}]}))
+    (work / "refs.txt").write_text("lost:openai\n")
+    write_jsonl(work / "train.jsonl", rows_of("lost", "good"))
+    code = main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "crictl.json", "--inventory", "refs.txt",
+                 "--report", "r.json"])
+    assert code == 0
+    dropped = json.loads((work / "r.json").read_text())["dropped"]
+    assert [(d["row"], sorted(d["nodes"])) for d in dropped] == [(0, ["crictl"]), (1, ["crictl", "refs"])]
+
+
+# --- exit codes -----------------------------------------------------------------------------------
+
+
+def test_fail_on_drop(work):
+    write_jsonl(work / "some.jsonl", rows_of("good", "lost"))
+    write_jsonl(work / "none.jsonl", rows_of("good", "other"))
+    base = ["--image", IMAGE, "--inventory", "nodes.json"]
+    assert main(["scan", "some.jsonl", *base]) == 0
+    assert main(["scan", "some.jsonl", *base, "--fail-on-drop"]) == 1
+    assert main(["scan", "none.jsonl", *base, "--fail-on-drop"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("files", "template", "inventory", "expected"),
+    [
+        ({"d.jsonl": '{"image_name": "good"}\n{"image_name": good}\n'}, None, None, "d.jsonl:2"),
+        ({"d.jsonl": '{"image_name": "good"}\n[1, 2]\n'}, None, None, "d.jsonl:2"),
+        ({}, None, None, "d.jsonl"),  # no such file
+        ({"d.jsonl": ""}, None, None, "d.jsonl"),
+        ({"d.jsonl": "\n\n"}, None, None, "d.jsonl"),
+        ({"d.json": "[]"}, None, None, "d.json"),
+        ({"d.json": '{"image_name": "good"}'}, None, None, "d.json"),
+        ({"d.csv": "image_name\ngood\n"}, None, None, "d.csv"),
+        ({"d.jsonl": '{"image_name": "good"}\n'}, None, '{"apiVersion": "v1", "kind": "Secret"}', "inv.json"),
+        ({"d.jsonl": '{"image_name": "good"}\n'}, None, "", "inv.json"),
+        ({"d.jsonl": '{"image_name": "good"}\n'}, TEMPLATE + "---\n" + TEMPLATE, None, "t.yaml"),
+        ({"d.jsonl": '{"image_name": "good"}\n'}, TEMPLATE.replace("kind: Job", "kind: Pod"), None, "t.yaml"),
+        ({"d.jsonl": '{"image_name": "good"}\n'}, TEMPLATE.replace("}}\n", "\n", 1), None, "t.yaml:"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(work, capsys, files, template, inventory, expected):
+    for name, text in files.items():
+        (work / name).write_text(text)
+    dataset = next(iter(files), "d.jsonl")
+    args = ["scan", dataset, "--inventory", "nodes.json"]
+    if inventory is not None:
+        (work / "inv.json").write_text(inventory)
+        args[-1] = "inv.json"
+    if template is not None:
+        (work / "t.yaml").write_text(template)
+        args += ["--template", "t.yaml"]
+    else:
+        args += ["--image", IMAGE]
+    assert main(args) == 2
+    err = one_line_error(capsys)
+    assert err.startswith("image-preflight scan: ")
+    assert expected in err
+
+
+def test_syntax_error_names_the_template_line(work, capsys):
+    (work / "t.yaml").write_text(TEMPLATE.replace("(input.image_name ~", "(input.image_name ~~"))
+    write_jsonl(work / "d.jsonl", rows_of("good"))
+    assert main(["scan", "d.jsonl", "--template", "t.yaml", "--inventory", "nodes.json"]) == 2
+    line = TEMPLATE.splitlines().index('        image: {{ (input.image_name ~ ":openai") | yaml_escape }}') + 1
+    assert f"t.yaml:{line}:" in one_line_error(capsys)
+
+
+def test_missing_template_file(work, capsys):
+    write_jsonl(work / "d.jsonl", rows_of("good"))
+    assert main(["scan", "d.jsonl", "--template", "nope.yaml", "--inventory", "nodes.json"]) == 2
+    assert "nope.yaml" in one_line_error(capsys)
+
+
+def test_missing_inventory_file(work, capsys):
+    write_jsonl(work / "d.jsonl", rows_of("good"))
+    assert main(["scan", "d.jsonl", "--image", IMAGE, "--inventory", "gone.json"]) == 2
+    assert "gone.json" in one_line_error(capsys)
+
+
+def test_unknown_extension_is_refused_before_anything_is_read(work, capsys):
+    write_jsonl(work / "good.jsonl", rows_of("good"))
+    (work / "d.txt").write_text("x\n")
+    (work / "out").mkdir()
+    assert main(["scan", "good.jsonl", "d.txt", "--image", IMAGE, "--inventory", "nodes.json", "--out-dir", "out"]) == 2
+    assert "d.txt" in one_line_error(capsys)
+    assert list((work / "out").iterdir()) == []
+
+
+def test_template_and_image_are_exclusive(work, capsys):
+    write_jsonl(work / "d.jsonl", rows_of("good"))
+    with pytest.raises(SystemExit) as raised:
+        main(["scan", "d.jsonl", "--image", IMAGE, "--template", "job.yaml", "--inventory", "nodes.json"])
+    assert raised.value.code == 2
