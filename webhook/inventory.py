@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
 
+from webhook.image_set import ImageSet
 from webhook.images import InvalidReference, docker_ref, is_valid_digest
 from webhook.scheduling import NodeTraits
 
@@ -26,15 +26,14 @@ def image_key(image: str) -> str:
     return docker_ref(image)
 
 
-def _keys(names: Iterable[str]) -> frozenset[str]:
+def _keys(names: Iterable[str]) -> ImageSet:
     keys = set()
     for name in names:
         try:
-            # Interned: 200 nodes holding the same 5,000 images share one string each.
-            keys.add(sys.intern(image_key(name)))
+            keys.add(image_key(name))
         except InvalidReference:
             continue  # a runtime name such as "<none>:<none>"; no container can ask for it
-    return frozenset(keys)
+    return ImageSet(keys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +42,8 @@ class NodeImages:
 
     node: str
     traits: NodeTraits | None  # None: scheduling traits unknown, so every pod may land here
-    refs: frozenset[str]  # image_key() of every tag and repo digest
-    ids: frozenset[str] = frozenset()  # image IDs ("sha256:...")
+    refs: Set[str]  # image_key() of every tag and repo digest
+    ids: Set[str] = frozenset()  # image IDs ("sha256:...")
     complete: bool = True  # False: an absent name proves nothing
     observed_at: float | None = None  # epoch seconds
     expires_at: float | None = None  # after this the list is stale and proves nothing
@@ -60,7 +59,7 @@ class NodeImages:
         traits: NodeTraits | None = None,
         **kwargs,
     ) -> NodeImages:
-        return cls(node, traits, _keys(names), frozenset(sys.intern(i) for i in ids), **kwargs)
+        return cls(node, traits, _keys(names), ImageSet(ids), **kwargs)
 
     def holds(self, key: str) -> bool:
         return key in self.refs or key in self.ids

@@ -1,9 +1,9 @@
-"""Keep an in-memory view of the cluster's Nodes current: list, then watch, and recover.
+"""Keep an in-memory view of one kind of cluster object current: list, then watch, and recover.
 
 This is the I/O shell around the pure core: it talks to the apiserver through the official
-client and hands plain Node dicts (camelCase, as the API returns them) to a sink. It reads raw
-JSON instead of building V1Node models, which is far too slow for nodes carrying thousands of
-image names.
+client and hands plain dicts (camelCase, as the API returns them) to callbacks. It reads raw
+JSON instead of building models, which is far too slow for objects carrying thousands of
+image names. `NodeWatcher` follows Nodes; webhook.runtime_watch follows the agents' NodeImages.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import logging
 import random
 import threading
 import time
-from typing import Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
@@ -43,20 +43,36 @@ class _StreamError(Exception):
     """The watch stream carried an ERROR event other than 410."""
 
 
-class NodeWatcher:
+class ResourceWatcher:
+    """List and watch what `list_objects` lists, handing raw dicts to the callbacks.
+
+    `list_objects(**query)` is a generated client's list method with everything but the query
+    bound, e.g. `CoreV1Api(api).list_node`. `replace` gets the full list after every (re)list,
+    `upsert` each added or modified object, `delete` each deleted one. With `absent_retry`, a 404
+    (the resource is not served, e.g. its CRD is not installed) counts as an empty list, logged
+    once, and the list is tried again quietly about every `absent_retry` seconds.
+    """
+
     def __init__(
         self,
-        api_client: kubernetes.client.ApiClient,
-        sink: NodeSink,
+        list_objects: Callable[..., Any],
         *,
+        replace: Callable[[list[dict]], None],
+        upsert: Callable[[dict], None],
+        delete: Callable[[dict], None],
+        what: str = "node",
         label_selector: str | None = None,
         watch_timeout_seconds: int = 300,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
         on_restart: Callable[[str], None] | None = None,
+        absent_retry: float | None = None,
     ):
-        self._core = kubernetes.client.CoreV1Api(api_client)
-        self._sink = sink
+        self._list_objects = list_objects
+        self._replace, self._upsert, self._delete = replace, upsert, delete
+        self._what = what
+        self._absent_retry = absent_retry
+        self.absent = False  # the last list answered 404 (only with absent_retry)
         self._label_selector = label_selector
         self._watch_timeout = watch_timeout_seconds
         self._backoff_initial = backoff_initial
@@ -77,7 +93,9 @@ class NodeWatcher:
 
     def start(self) -> threading.Thread:
         self._stop_event.clear()
-        self._thread = threading.Thread(target=self.run, args=(self._stop_event,), name="node-watch", daemon=True)
+        self._thread = threading.Thread(
+            target=self.run, args=(self._stop_event,), name=f"{self._what}-watch", daemon=True
+        )
         self._thread.start()
         return self._thread
 
@@ -104,15 +122,20 @@ class NodeWatcher:
             except Exception as exc:  # noqa: BLE001 - the loop must outlive any failure
                 if stop.is_set():
                     break
+                if self._absent_retry is not None and isinstance(exc, ApiException) and exc.status == 404:
+                    need_list = True
+                    self._on_absent(exc)
+                    stop.wait(self._absent_retry * random.uniform(0.5, 1.0))
+                    continue
                 expired = isinstance(exc, _Expired) or (isinstance(exc, ApiException) and exc.status == 410)
                 if expired and not need_list:
-                    log.info("node watch: resourceVersion %s expired (%s); listing again",
-                             self._resource_version, _describe(exc))
+                    log.info("%s watch: resourceVersion %s expired (%s); listing again",
+                             self._what, self._resource_version, describe_error(exc))
                     need_list = True
                     self._restart("expired")
                     continue
                 delay = min(backoff, self._backoff_max) * random.uniform(0.5, 1.0)
-                log.warning("node watch: %s; retrying in %.2fs", _describe(exc), delay)
+                log.warning("%s watch: %s; retrying in %.2fs", self._what, describe_error(exc), delay)
                 self._restart("error")
                 stop.wait(delay)
                 backoff = min(backoff * 2, self._backoff_max)
@@ -125,10 +148,23 @@ class NodeWatcher:
         try:
             self._on_restart(reason)
         except Exception as exc:  # noqa: BLE001 - a metrics hook must not stop the watch
-            log.warning("node watch: on_restart(%r) failed: %s", reason, _describe(exc))
+            log.warning("%s watch: on_restart(%r) failed: %s", self._what, reason, describe_error(exc))
+
+    def _on_absent(self, exc: ApiException) -> None:
+        if self.absent:
+            return
+        log.info("%s watch: not served (%s); looking again every %gs", self._what, describe_error(exc),
+                 self._absent_retry)
+        try:
+            self._replace([])
+        except Exception as failure:  # noqa: BLE001 - retried at the next 404
+            log.warning("%s watch: emptying the view failed: %s", self._what, describe_error(failure))
+            return
+        self.absent = True
+        self.synced.set()
 
     def _list(self) -> None:
-        response = self._core.list_node(
+        response = self._list_objects(
             label_selector=self._label_selector,
             _preload_content=False,
             _request_timeout=(_CONNECT_TIMEOUT, _LIST_READ_TIMEOUT),
@@ -137,14 +173,17 @@ class NodeWatcher:
             body = json.loads(response.data)
         finally:
             response.release_conn()
-        self._sink.replace_nodes(body.get("items") or [])
+        if self.absent:
+            log.info("%s watch: served again", self._what)
+            self.absent = False
+        self._replace(body.get("items") or [])
         self._resource_version = body["metadata"]["resourceVersion"]
         self.last_sync = time.monotonic()
         self.synced.set()
 
     def _watch(self, stop: threading.Event) -> bool:
         """Follow one watch stream to its end; True if it delivered anything."""
-        response = self._core.list_node(
+        response = self._list_objects(
             watch=True,
             resource_version=self._resource_version,
             allow_watch_bookmarks=True,
@@ -180,9 +219,9 @@ class NodeWatcher:
             raise _StreamError(f"watch ERROR event: {obj.get('code')} {obj.get('reason')}: {obj.get('message')}")
         metadata = obj.get("metadata") or {}
         if kind in ("ADDED", "MODIFIED"):
-            self._sink.upsert_node(obj)
+            self._upsert(obj)
         elif kind == "DELETED":
-            self._sink.delete_node(metadata["name"])
+            self._delete(obj)
         elif kind != "BOOKMARK":
             raise _StreamError(f"watch event of unknown type {kind!r}")
         # Advance only after the sink took the event, so a failure replays it.
@@ -198,6 +237,34 @@ class NodeWatcher:
                 response.shutdown()  # unblocks a read waiting on the socket
             except Exception:  # noqa: BLE001 - best effort during shutdown
                 pass
+
+
+class NodeWatcher(ResourceWatcher):
+    """Follows the cluster's Nodes into a NodeSink."""
+
+    def __init__(
+        self,
+        api_client: kubernetes.client.ApiClient,
+        sink: NodeSink,
+        *,
+        label_selector: str | None = None,
+        watch_timeout_seconds: int = 300,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+        on_restart: Callable[[str], None] | None = None,
+    ):
+        super().__init__(
+            kubernetes.client.CoreV1Api(api_client).list_node,
+            replace=sink.replace_nodes,
+            upsert=sink.upsert_node,
+            delete=lambda node: sink.delete_node(node["metadata"]["name"]),
+            what="node",
+            label_selector=label_selector,
+            watch_timeout_seconds=watch_timeout_seconds,
+            backoff_initial=backoff_initial,
+            backoff_max=backoff_max,
+            on_restart=on_restart,
+        )
 
 
 def _lines(response) -> Iterator[str]:
@@ -217,7 +284,7 @@ def _lines(response) -> Iterator[str]:
         yield buffer.decode("utf-8")
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     """One line for the log: status and Status message for API errors, else type and text."""
     if isinstance(exc, ApiException):
         message = ""

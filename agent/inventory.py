@@ -1,0 +1,85 @@
+"""The runtime's image list as the agent publishes it, and when to publish it again (pure)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+
+from agent.cri import RuntimeImage
+from webhook.runtime_inventory import parse_time, runtime_object
+
+# Publish again once less than this share of the lease remains: a missed cycle or a slow
+# apiserver then still leaves time to renew before readers see the list as stale.
+RENEW_WHEN_REMAINING = 1 / 3
+
+CREATE, CHANGED, RENEW = "create", "changed", "renew"
+
+
+def image_dicts(images: Iterable[RuntimeImage]) -> list[dict]:
+    """NodeImages `spec.images` entries in a stable order (by id, names sorted), so equal sets
+    give equal lists whatever order the runtime answered in."""
+    return sorted(
+        (
+            {
+                "id": image.id,
+                "repoTags": sorted(image.repo_tags),
+                "repoDigests": sorted(image.repo_digests),
+                "size": image.size,
+                "pinned": image.pinned,
+            }
+            for image in images
+        ),
+        key=lambda image: image["id"],
+    )
+
+
+def fingerprint(images: Sequence[Mapping]) -> str:
+    """A digest of an image set, equal for equal sets in any order (from CRI or a stored object)."""
+    canonical = sorted(
+        (
+            str(image.get("id") or ""),
+            sorted(image.get("repoTags") or []),
+            sorted(image.get("repoDigests") or []),
+            int(image.get("size") or 0),
+            bool(image.get("pinned")),
+        )
+        for image in images
+    )
+    return hashlib.sha256(json.dumps(canonical, separators=(",", ":")).encode()).hexdigest()
+
+
+def node_images_object(node: str, images: Sequence[Mapping], *, observed_at: float, lease_seconds: int) -> dict:
+    """The NodeImages object; `spec.imageCount` is for `kubectl get` only (readers count `images`)."""
+    obj = runtime_object(node, images, observed_at=observed_at, lease_seconds=lease_seconds)
+    obj["spec"]["imageCount"] = len(images)
+    return obj
+
+
+def publish_reason(
+    stored: Mapping | None, images: Sequence[Mapping], *, now: float, lease_seconds: int
+) -> str | None:
+    """Why the object must be written now (CREATE, CHANGED, RENEW), or None to leave it.
+
+    `stored` is the object as last read from or written to the apiserver.
+    """
+    if stored is None:
+        return CREATE
+    spec = stored.get("spec") if isinstance(stored.get("spec"), Mapping) else {}
+    stored_images = spec.get("images")
+    if not isinstance(stored_images, list) or not all(isinstance(i, Mapping) for i in stored_images):
+        return CHANGED
+    try:
+        if fingerprint(stored_images) != fingerprint(images):
+            return CHANGED
+    except (TypeError, ValueError):  # an object someone else wrote badly: ours replaces it
+        return CHANGED
+    if spec.get("leaseDurationSeconds") != lease_seconds:
+        return RENEW
+    try:
+        observed_at = parse_time(spec.get("observedAt"), "spec.observedAt")
+    except ValueError:
+        return RENEW
+    if now >= observed_at + lease_seconds * (1 - RENEW_WHEN_REMAINING):
+        return RENEW
+    return None

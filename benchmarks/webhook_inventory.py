@@ -1,0 +1,154 @@
+"""Webhook decision time against inventory size, and the server's resident memory.
+
+    python benchmarks/webhook_inventory.py [--nodes 200] [--images 5000]
+
+1. Decision time (admit() on a Job review, in process) with NODES x IMAGES (node, image) pairs
+   against NODES x 5 pairs (1,000 with the defaults): target ratio <= 1.5.
+2. Resident memory of `image-preflight serve --inventory` holding NODES x IMAGES: target <= 150 MB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from certs.store import CertRequest, ensure_certificates  # noqa: E402
+from webhook.admission import Settings, admit  # noqa: E402
+from webhook.inventory_files import load_inventory_file  # noqa: E402
+
+
+def node_list(nodes: int, images: int) -> dict:
+    """Nodes shaped like kubelet status: each image with a tag and a repo digest (the same image,
+    so the same digest, on every node)."""
+    items = []
+    for n in range(nodes):
+        status_images = [
+            {
+                "names": [
+                    f"docker.io/library/swesmith.x86_64.owner{i % 97}__repo{i}.{i:08x}@sha256:{i * 7919:064x}",
+                    f"docker.io/library/swesmith.x86_64.owner{i % 97}__repo{i}.{i:08x}:openai",
+                ],
+                "sizeBytes": 2_000_000_000,
+            }
+            for i in range(images)
+        ]
+        items.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": f"cpu-{n:03d}", "labels": {"pool": "cpu", "kubernetes.io/hostname": f"cpu-{n:03d}"}},
+                "spec": {},
+                "status": {"images": status_images},
+            }
+        )
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def job_review(image: str) -> dict:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "0b2c1e5e-0000-4000-8000-000000000001",
+            "kind": {"group": "batch", "version": "v1", "kind": "Job"},
+            "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
+            "namespace": "rl",
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:rl:agentlightning"},
+            "object": {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": {"name": "rollout-1", "namespace": "rl"},
+                "spec": {"template": {"spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"pool": "cpu"},
+                    "containers": [{"name": "rollout", "image": image, "imagePullPolicy": "IfNotPresent"}],
+                }}},
+            },
+            "dryRun": False,
+        },
+    }
+
+
+def decision_seconds(snapshot: Path, iterations: int) -> float:
+    inventory = load_inventory_file(snapshot, max_images=-1)
+    review = job_review("swesmith.x86_64.owner3__repo3.00000003:openai")
+    settings = Settings()
+    samples = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(iterations):
+            admit(review, inventory, settings, now=time.time())
+        samples.append((time.perf_counter() - start) / iterations)
+    return statistics.median(samples)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def serve_rss_mb(snapshot: Path, certs: Path) -> float:
+    port = free_port()
+    command = [
+        sys.executable, "-m", "image_preflight", "serve", "--tls-cert", str(certs / "tls.crt"),
+        "--tls-key", str(certs / "tls.key"), "--inventory", str(snapshot), "--max-images", "-1",
+        "--host", "127.0.0.1", "--port", str(port), "--metrics-port", "0", "--log-level", "warning",
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        time.sleep(1.0)
+        for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmRSS")
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nodes", type=int, default=200)
+    parser.add_argument("--images", type=int, default=5000)
+    parser.add_argument("--iterations", type=int, default=2000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        large, small = work / "large.json", work / "small.json"
+        large.write_text(json.dumps(node_list(args.nodes, args.images)))
+        small.write_text(json.dumps(node_list(args.nodes, 5)))
+        t_small = decision_seconds(small, args.iterations)
+        t_large = decision_seconds(large, args.iterations)
+        ensure_certificates(work / "certs", CertRequest("image-preflight", "image-preflight"), datetime.now(timezone.utc))
+        rss = serve_rss_mb(large, work / "certs")
+        size_mb = os.path.getsize(large) / 1e6
+    pairs_large, pairs_small = args.nodes * args.images, args.nodes * 5
+    print(f"decision, {pairs_small:,} (node, image) pairs : {t_small * 1e6:8.1f} us")
+    print(f"decision, {pairs_large:,} (node, image) pairs : {t_large * 1e6:8.1f} us")
+    print(f"ratio                                  : {t_large / t_small:8.2f}  (target <= 1.5)")
+    print(f"serve RSS with {pairs_large:,} pairs ({size_mb:.0f} MB snapshot): {rss:.0f} MB  (target <= 150)")
+
+
+if __name__ == "__main__":
+    main()

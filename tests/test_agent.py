@@ -1,0 +1,482 @@
+"""The node agent: `--print` against a real containerd, publishing through the real kubernetes
+client to the in-process apiserver."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from agent.cri import ImageClient, RuntimeImage
+from agent.inventory import CHANGED, CREATE, RENEW, fingerprint, image_dicts, node_images_object
+from agent.publisher import Agent, PublishError, Publisher
+from image_preflight.cli import build_parser, main
+from tests.containerd import (  # noqa: F401 - containerd is a fixture
+    Containerd,
+    build_oci_archive_many,
+    containerd,
+    import_image,
+    manifest_digest,
+    remove,
+    tag,
+)
+from tests.fake_apiserver import FakeApiServer, fake_api_client, fake_apiserver, write_kubeconfig  # noqa: F401
+from webhook.runtime_inventory import GROUP, PLURAL, VERSION, format_time, parse_time
+from webhook.snapshots import load_snapshot
+
+NODE = "cpu-1"
+ROOT = Path(__file__).resolve().parents[1]
+DEADLINE_S = 15.0
+ALPHA = "docker.io/library/alpha:v1"
+SWE = "docker.io/swebench/sweb.eval.x86_64.astropy__astropy-12907:openai"
+TOOL = "registry.example.com:5000/team/tool:2.0"
+T0 = 1_800_000_000.0  # a whole second, so observedAt round-trips exactly
+
+
+def wait_until(condition: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        time.sleep(0.02)
+
+
+def register_nodeimages(server: FakeApiServer) -> None:
+    server.register(group=GROUP, version=VERSION, resource=PLURAL, kind="NodeImages", namespaced=False)
+
+
+@pytest.fixture
+def apiserver(fake_apiserver: FakeApiServer) -> FakeApiServer:  # noqa: F811
+    register_nodeimages(fake_apiserver)
+    return fake_apiserver
+
+
+def stored(server: FakeApiServer, node: str = NODE) -> dict | None:
+    return server.get_object(PLURAL, node, group=GROUP, version=VERSION)
+
+
+def writes(server: FakeApiServer) -> list[str]:
+    """The methods of the write calls made on NodeImages objects, in order."""
+    return [r.method for r in server.requests if f"/{PLURAL}" in r.path and r.method in ("POST", "PUT", "PATCH")]
+
+
+def names_by_id(images: list[dict]) -> dict[str, tuple[list[str], list[str]]]:
+    return {image["id"]: (image["repoTags"], image["repoDigests"]) for image in images}
+
+
+def import_images(runtime: Containerd, directory: Path, names: list[str]) -> dict[str, str]:
+    """Imports one image per name; returns {name: id}."""
+    archive = directory / f"images-{len(list(directory.iterdir()))}.tar"
+    ids = build_oci_archive_many(archive, names)
+    import_image(runtime.socket, archive)
+    return dict(zip(names, ids))
+
+
+def all_tags(server: FakeApiServer) -> list[str]:
+    return [name for i in stored(server)["spec"]["images"] for name in i["repoTags"]]
+
+
+def wait_listed(runtime: Containerd, count: int) -> None:
+    """Until CRI lists `count` images: it learns of imports a moment after ctr returns."""
+    with ImageClient(runtime.endpoint) as client:
+        wait_until(lambda: len(client.list_images()) == count, f"CRI lists {count} images")
+
+
+def printed(capsys, endpoint: str, *extra: str) -> dict:
+    assert main(["agent", "--print", "--node", NODE, "--cri-endpoint", endpoint, *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def printed_when(capsys, endpoint: str, done: Callable[[list[dict]], bool]) -> dict:
+    """`--print` once the runtime's list satisfies `done` (CRI learns of changes a moment after ctr
+    returns), or the last one printed when the deadline passes."""
+    deadline = time.monotonic() + DEADLINE_S
+    obj = printed(capsys, endpoint)
+    while not done(obj["spec"]["images"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        obj = printed(capsys, endpoint)
+    return obj
+
+
+def image(image_id: str, *tags: str, digests: tuple[str, ...] = (), size: int = 1000) -> dict:
+    return {"id": image_id, "repoTags": sorted(tags), "repoDigests": sorted(digests), "size": size, "pinned": False}
+
+
+SAMPLE = [image("sha256:" + "a" * 64, ALPHA), image("sha256:" + "b" * 64, SWE, size=2000)]
+
+
+class Clock:
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def running(fake_api_client) -> Iterator[Callable[..., Agent]]:  # noqa: F811
+    """Starts Agents in threads; stops and closes them at the end."""
+    started: list[tuple[Agent, threading.Event, threading.Thread]] = []
+
+    def start(endpoint: str, *, lease: int = 60, **options) -> Agent:
+        options = {"interval": 0.05, "exit_after_failures": 0, **options}
+        agent = Agent(ImageClient(endpoint, timeout=2.0), Publisher(fake_api_client, NODE, lease_seconds=lease),
+                      **options)
+        stop = threading.Event()
+        thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+        thread.start()
+        started.append((agent, stop, thread))
+        return agent
+
+    yield start
+    for agent, stop, thread in started:
+        stop.set()
+        thread.join(10)
+        agent.images.close()
+
+
+# -- --print against a real containerd ------------------------------------------------------
+
+
+def test_print_lists_every_imported_image_with_its_tags_and_digests(containerd, tmp_path, capsys):  # noqa: F811
+    ids = import_images(containerd, tmp_path, [ALPHA, SWE, TOOL])
+    tag(containerd.socket, ALPHA, "docker.io/library/alpha:v2")
+    by_digest = "docker.io/library/alpha@" + manifest_digest(containerd.socket, ALPHA)
+    tag(containerd.socket, ALPHA, by_digest)
+    want = {
+        ids[ALPHA]: (sorted([ALPHA, "docker.io/library/alpha:v2"]), [by_digest]),
+        ids[SWE]: ([SWE], []),
+        ids[TOOL]: ([TOOL], []),
+    }
+
+    obj = printed_when(capsys, containerd.endpoint, lambda images: names_by_id(images) == want)
+
+    assert (obj["apiVersion"], obj["kind"], obj["metadata"]["name"]) == (f"{GROUP}/{VERSION}", "NodeImages", NODE)
+    spec = obj["spec"]
+    assert names_by_id(spec["images"]) == want
+    assert [i["id"] for i in spec["images"]] == sorted(ids.values())
+    assert all(i["size"] > 0 and i["pinned"] is False for i in spec["images"])
+    assert (spec["nodeName"], spec["leaseDurationSeconds"], spec["imageCount"]) == (NODE, 300, 3)
+    assert abs(parse_time(spec["observedAt"], "observedAt") - time.time()) < 120
+    # The snapshot format the scanner and `serve --inventory` read: complete, from the runtime.
+    node = load_snapshot(json.dumps(obj), source="printed").get(NODE)
+    assert node is not None and node.complete and node.source == "cri"
+    assert {"docker.io/library/alpha:v2", by_digest, TOOL} <= node.refs
+
+
+def test_print_takes_the_node_from_node_name_and_the_lease_from_the_flag(containerd, capsys, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("NODE_NAME", "from-downward-api")
+    assert main(["agent", "--print", "--cri-endpoint", containerd.endpoint, "--lease", "90"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert (obj["metadata"]["name"], obj["spec"]["leaseDurationSeconds"], obj["spec"]["images"]) == (
+        "from-downward-api", 90, [])
+
+
+def test_print_without_a_runtime_is_a_one_line_error(tmp_path, capsys):
+    socket = tmp_path / "absent.sock"
+    assert main(["agent", "--print", "--node", NODE, "--cri-endpoint", str(socket)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("image-preflight agent: CRI endpoint ") and str(socket) in err
+    assert "\n" not in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--publish"], "--node: not given and NODE_NAME is not set"),
+        (["--publish", "--node", NODE, "--interval", "100"], "below a third of --lease (100 s)"),
+        (["--publish", "--node", NODE, "--lease", "0"], "--lease: must be at least 1 second"),
+        (["--publish", "--node", NODE, "--cri-endpoint", "tcp://x:1"], "unsupported CRI endpoint"),
+    ],
+)
+def test_bad_flags_are_named(argv, message, capsys, monkeypatch):
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    assert main(["agent", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+# -- the publishing agent against a real containerd -----------------------------------------
+
+
+def test_published_list_follows_tags_added_and_removed(containerd, tmp_path, capsys, apiserver, running):  # noqa: F811
+    ids = import_images(containerd, tmp_path, [ALPHA, SWE])
+    wait_listed(containerd, 2)
+    agent = running(containerd.endpoint)
+    wait_until(lambda: stored(apiserver), "the object is created")
+    assert sorted(all_tags(apiserver)) == sorted([ALPHA, SWE])
+
+    extra = "docker.io/library/alpha:v2"
+    tag(containerd.socket, ALPHA, extra)
+    wait_until(lambda: extra in all_tags(apiserver), "the added tag is published")
+    remove(containerd.socket, SWE)
+    wait_until(lambda: SWE not in all_tags(apiserver), "the removed tag is gone")
+
+    published = stored(apiserver)["spec"]["images"]
+    # What --print lists now is what the running agent published: the runtime's view.
+    assert published == printed(capsys, containerd.endpoint)["spec"]["images"]
+    # CRI keeps an image by id after its last name is removed (see test_cri).
+    assert names_by_id(published) == {ids[ALPHA]: (sorted([ALPHA, extra]), []), ids[SWE]: ([], [])}
+    assert writes(apiserver) == ["POST", "PUT", "PUT"]
+    assert agent.cri_failures == 0
+
+
+def test_agent_recovers_after_containerd_restarts_and_leaves_the_object_alone_meanwhile(
+    containerd, tmp_path, apiserver, running  # noqa: F811
+):
+    ids = import_images(containerd, tmp_path, [ALPHA])
+    wait_listed(containerd, 1)
+    clock = Clock()
+    agent = running(containerd.endpoint, lease=30, clock=clock)
+    wait_until(lambda: stored(apiserver), "the object is created")
+    version = stored(apiserver)["metadata"]["resourceVersion"]
+
+    containerd.stop()
+    wait_until(lambda: agent.cri_failures >= 1, "the agent notices the runtime is gone")
+    clock.now = T0 + 29  # the lease is due for renewal, but there is no list to renew with
+    failures = agent.cri_failures
+    wait_until(lambda: agent.cri_failures >= failures + 2, "two more cycles fail")
+    assert stored(apiserver)["metadata"]["resourceVersion"] == version
+
+    containerd.start()
+    wait_until(lambda: stored(apiserver)["metadata"]["resourceVersion"] != version, "the lease is renewed")
+    assert agent.cri_failures == 0
+    assert stored(apiserver)["spec"]["observedAt"] == format_time(T0 + 29)
+    tag(containerd.socket, ALPHA, "docker.io/library/alpha:after-restart")
+    wait_until(lambda: "docker.io/library/alpha:after-restart" in all_tags(apiserver),
+               "changes after the restart are published")
+    assert list(names_by_id(stored(apiserver)["spec"]["images"])) == [ids[ALPHA]]
+
+
+def test_agent_gives_up_when_the_runtime_stays_away(tmp_path, apiserver, fake_api_client):  # noqa: F811
+    agent = Agent(ImageClient(str(tmp_path / "absent.sock"), timeout=1.0),
+                  Publisher(fake_api_client, NODE, lease_seconds=30), interval=0.01, exit_after_failures=3)
+    with agent.images:
+        assert agent.run(threading.Event()) is False
+    assert agent.cri_failures == 3
+    assert stored(apiserver) is None
+
+
+def test_publish_command_exits_1_when_the_runtime_stays_away(tmp_path, apiserver, capsys):
+    kubeconfig = write_kubeconfig(apiserver, tmp_path / "kubeconfig")
+    code = main(["agent", "--publish", "--node", NODE, "--cri-endpoint", str(tmp_path / "absent.sock"),
+                 "--kubeconfig", str(kubeconfig), "--interval", "0.01", "--exit-after-failures", "2"])
+    assert code == 1
+    assert stored(apiserver) is None
+
+
+def test_sigterm_stops_the_publishing_agent_cleanly(containerd, tmp_path, apiserver):  # noqa: F811
+    import_images(containerd, tmp_path, [ALPHA])
+    wait_listed(containerd, 1)
+    kubeconfig = write_kubeconfig(apiserver, tmp_path / "kubeconfig")
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "image_preflight", "agent", "--publish", "--cri-endpoint", containerd.endpoint,
+         "--kubeconfig", str(kubeconfig), "--interval", "0.2"],
+        cwd=ROOT, env={**os.environ, "NODE_NAME": NODE}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        wait_until(lambda: stored(apiserver) or agent.poll() is not None, "the agent publishes")
+        agent.send_signal(signal.SIGTERM)
+        out, err = agent.communicate(timeout=DEADLINE_S)
+    finally:
+        agent.kill()
+    assert agent.returncode == 0, err
+    assert "stopped" in err and out == ""
+    assert all_tags(apiserver) == [ALPHA]
+
+
+# -- publishing through the real kubernetes client ------------------------------------------
+
+
+@pytest.fixture
+def publisher(apiserver, fake_api_client) -> Publisher:  # noqa: F811
+    return Publisher(fake_api_client, NODE, lease_seconds=30)
+
+
+def test_first_publish_creates_the_object_named_after_the_node(apiserver, publisher):
+    assert publisher.publish(SAMPLE, now=T0) == CREATE
+    obj = stored(apiserver)
+    assert obj["metadata"]["name"] == NODE
+    assert obj["spec"] == {"nodeName": NODE, "observedAt": format_time(T0), "leaseDurationSeconds": 30,
+                           "images": SAMPLE, "imageCount": 2}
+    assert writes(apiserver) == ["POST"]
+
+
+def test_unchanged_images_are_not_rewritten_until_the_lease_is_due(apiserver, publisher):
+    publisher.publish(SAMPLE, now=T0)
+    version = stored(apiserver)["metadata"]["resourceVersion"]
+    reordered = [dict(i, repoTags=list(reversed(i["repoTags"]))) for i in reversed(SAMPLE)]
+    for now in (T0 + 1, T0 + 10, T0 + 19.9):
+        assert publisher.publish(reordered, now=now) is None
+    assert stored(apiserver)["metadata"]["resourceVersion"] == version
+    assert writes(apiserver) == ["POST"]
+
+    # Less than a third of the 30 s lease left: renewed, with the new observation time.
+    assert publisher.publish(SAMPLE, now=T0 + 20) == RENEW
+    obj = stored(apiserver)
+    assert obj["metadata"]["resourceVersion"] != version
+    assert obj["spec"]["observedAt"] == format_time(T0 + 20)
+    assert writes(apiserver) == ["POST", "PUT"]
+
+
+def test_an_added_tag_rewrites_the_object(apiserver, publisher):
+    publisher.publish(SAMPLE, now=T0)
+    changed = [dict(SAMPLE[0], repoTags=[ALPHA, "docker.io/library/alpha:v2"]), SAMPLE[1]]
+    assert publisher.publish(changed, now=T0 + 1) == CHANGED
+    assert stored(apiserver)["spec"]["images"] == changed
+    assert stored(apiserver)["spec"]["observedAt"] == format_time(T0 + 1)
+
+
+def test_a_conflicting_write_is_read_again_and_retried(apiserver, publisher):
+    publisher.publish(SAMPLE, now=T0)
+    # Someone else writes the object, so the publisher's resourceVersion is stale.
+    other = stored(apiserver)
+    other["spec"]["images"] = SAMPLE[:1]
+    apiserver.put_object(PLURAL, other, group=GROUP, version=VERSION)
+
+    assert publisher.publish(SAMPLE[1:], now=T0 + 1) == CHANGED
+    assert stored(apiserver)["spec"]["images"] == SAMPLE[1:]
+    methods = [r.method for r in apiserver.requests if f"/{PLURAL}" in r.path]
+    assert methods == ["GET", "POST", "PUT", "GET", "PUT"]  # the first PUT answered 409
+
+
+def test_an_injected_conflict_is_retried(apiserver, publisher):
+    publisher.publish(SAMPLE, now=T0)
+    apiserver.fail_next(1, status=409)
+    assert publisher.publish(SAMPLE[:1], now=T0 + 1) == CHANGED
+    assert stored(apiserver)["spec"]["images"] == SAMPLE[:1]
+
+
+def test_a_deleted_object_is_created_again(apiserver, publisher):
+    publisher.publish(SAMPLE, now=T0)
+    apiserver.delete_object(PLURAL, NODE, group=GROUP, version=VERSION)
+    assert publisher.publish(SAMPLE[:1], now=T0 + 1) == CREATE
+    assert stored(apiserver)["spec"]["images"] == SAMPLE[:1]
+    assert writes(apiserver) == ["POST", "PUT", "POST"]
+
+
+def test_an_object_from_a_previous_run_is_taken_over_without_a_write(apiserver, fake_api_client):  # noqa: F811
+    Publisher(fake_api_client, NODE, lease_seconds=30).publish(SAMPLE, now=T0)
+    restarted = Publisher(fake_api_client, NODE, lease_seconds=30)
+    assert restarted.publish(SAMPLE, now=T0 + 5) is None
+    assert writes(apiserver) == ["POST"]
+    # A different lease is written at once: readers must use the one the agent keeps.
+    assert Publisher(fake_api_client, NODE, lease_seconds=60).publish(SAMPLE, now=T0 + 6) == RENEW
+
+
+def test_server_errors_raise_one_line_and_the_next_cycle_recovers(apiserver, publisher):
+    publisher.publish(SAMPLE, now=T0)
+    apiserver.fail_next(1, status=500, message="etcd is having a bad day")
+    with pytest.raises(PublishError) as raised:
+        publisher.publish(SAMPLE[:1], now=T0 + 1)
+    assert str(raised.value) == f"{PLURAL}/{NODE}: cannot write: HTTP 500 Internal Server Error: etcd is having a bad day"
+    assert publisher.publish(SAMPLE[:1], now=T0 + 2) == CHANGED
+    assert stored(apiserver)["spec"]["images"] == SAMPLE[:1]
+
+
+def test_fingerprint_ignores_order_and_sees_every_field():
+    runtime = [
+        RuntimeImage("sha256:" + "b" * 64, (SWE,), (), 2000, False),
+        RuntimeImage("sha256:" + "a" * 64, ("docker.io/library/alpha:v2", ALPHA), (), 1000, False),
+    ]
+    listed = image_dicts(runtime)
+    assert [i["id"] for i in listed] == sorted(i.id for i in runtime)
+    assert listed[0]["repoTags"] == [ALPHA, "docker.io/library/alpha:v2"]
+    assert fingerprint(listed) == fingerprint(image_dicts(reversed(runtime)))
+    for changed in ({"pinned": True}, {"size": 1}, {"repoDigests": ["docker.io/library/alpha@sha256:" + "c" * 64]}):
+        assert fingerprint([dict(listed[0], **changed), listed[1]]) != fingerprint(listed)
+
+
+# -- deploy/agent ---------------------------------------------------------------------------
+
+
+def agent_manifests() -> list[dict]:
+    documents = []
+    for path in sorted((ROOT / "deploy" / "agent").glob("*.yaml")):
+        if path.name != "kustomization.yaml":
+            documents += [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+    return documents
+
+
+def manifest(kind: str) -> dict:
+    (found,) = [d for d in agent_manifests() if d["kind"] == kind]
+    return found
+
+
+def undeclared(value: object, schema: dict, path: str = "") -> list[str]:
+    """Fields the apiserver would prune: not declared in the structural schema."""
+    if isinstance(value, dict) and "properties" in schema:
+        return [f"{path}.{key}" for key in value if key not in schema["properties"]] + [
+            problem for key, item in value.items() if key in schema["properties"]
+            for problem in undeclared(item, schema["properties"][key], f"{path}.{key}")]
+    if isinstance(value, list) and "items" in schema:
+        return [problem for n, item in enumerate(value) for problem in undeclared(item, schema["items"], f"{path}[{n}]")]
+    return []
+
+
+def test_the_published_object_fits_the_crd_and_loses_nothing_to_pruning():
+    crd = manifest("CustomResourceDefinition")
+    assert (crd["metadata"]["name"], crd["spec"]["group"], crd["spec"]["scope"]) == (f"{PLURAL}.{GROUP}", GROUP, "Cluster")
+    assert (crd["spec"]["names"]["plural"], crd["spec"]["names"]["kind"]) == (PLURAL, "NodeImages")
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == VERSION and version["served"] and version["storage"]
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Node"] == ".spec.nodeName" and columns["Images"] == ".spec.imageCount"
+    assert columns["Observed"] == ".spec.observedAt"
+    schema = version["schema"]["openAPIV3Schema"]
+
+    obj = node_images_object(NODE, SAMPLE, observed_at=T0, lease_seconds=300)
+    jsonschema.validate(obj, schema)
+    assert undeclared(obj, schema) == []
+    assert undeclared({**obj, "spec": {**obj["spec"], "extra": 1}}, schema) == [".spec.extra"]
+    assert obj["metadata"]["name"] == obj["spec"]["nodeName"]  # the CRD's CEL rule
+    for broken in ({"images": None}, {"leaseDurationSeconds": 0}, {"observedAt": 5}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**obj, "spec": {**obj["spec"], **broken}}, schema)
+
+
+def test_the_daemonset_runs_the_agent_on_the_mounted_socket_and_nothing_else_from_the_host():
+    daemonset = manifest("DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = build_parser().parse_args([*container["command"][1:], *container["args"]])
+    assert container["command"] == ["image-preflight"] and args.command == "agent" and args.publish
+    assert 0 < args.interval < args.lease / 3
+    (mount,) = container["volumeMounts"]
+    (volume,) = pod["volumes"]
+    assert volume["name"] == mount["name"] and mount["readOnly"] is True
+    assert volume["hostPath"] == {"path": mount["mountPath"], "type": "Socket"}
+    assert args.cri_endpoint == "unix://" + mount["mountPath"]
+    (env,) = container["env"]
+    assert env == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    assert pod["nodeSelector"] == {"image-preflight.io/agent": "true"}
+    assert {"operator": "Exists"} in pod["tolerations"]
+    # Not root: the socket's group (root, 0660) is enough.
+    assert pod["securityContext"]["runAsUser"] != 0 and pod["securityContext"]["supplementalGroups"] == [0]
+    context = container["securityContext"]
+    assert context["readOnlyRootFilesystem"] and not context["allowPrivilegeEscalation"]
+    assert context["capabilities"] == {"drop": ["ALL"]} and context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["serviceAccountName"] == manifest("ServiceAccount")["metadata"]["name"]
+
+
+def test_the_agent_may_touch_nodeimages_and_nothing_else():
+    (rule,) = manifest("ClusterRole")["rules"]
+    assert rule == {"apiGroups": [GROUP], "resources": [PLURAL],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch"]}
+    binding = manifest("ClusterRoleBinding")
+    account = manifest("ServiceAccount")["metadata"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}]
+    namespace = manifest("Namespace")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"  # hostPath
+    namespaced = [d for d in agent_manifests() if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding",
+                                                                     "CustomResourceDefinition")]
+    assert {d["metadata"]["namespace"] for d in namespaced} == {namespace["metadata"]["name"]}

@@ -1,0 +1,153 @@
+"""The inventory the webhook decides against, kept current by a node watch or a snapshot file.
+
+Writers (the watch thread, the file poller) build a new immutable Inventory and swap it in;
+request handlers read whichever is current without locking.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+from image_preflight.errors import UsageError
+from webhook.inventory import DEFAULT_MAX_IMAGES, Inventory, NodeImages
+from webhook.inventory_files import load_inventory_file
+from webhook.node_status import node_images_from_node
+from webhook.runtime_inventory import node_images_from_runtime
+from webhook.runtime_watch import runtime_node_name
+
+log = logging.getLogger(__name__)
+
+
+class LiveInventory:
+    """A NodeSink (see webhook.node_watch) holding each node's images from node status, with
+    complete runtime lists (the node agent's) taking their place where present."""
+
+    def __init__(self, *, max_images: int | None = DEFAULT_MAX_IMAGES) -> None:
+        self.max_images = max_images
+        self._lock = threading.Lock()
+        self._status: dict[str, NodeImages] = {}
+        self._runtime: dict[str, NodeImages] = {}
+        self.current = Inventory()
+        self.synced = threading.Event()
+
+    # NodeSink
+    def replace_nodes(self, nodes: list[dict]) -> None:
+        converted = {}
+        for node in nodes:
+            item = self._convert(node)
+            if item is not None:
+                converted[item.node] = item
+        with self._lock:
+            self._status = converted
+            self._publish()
+        self.synced.set()
+
+    def upsert_node(self, node: dict) -> None:
+        item = self._convert(node)
+        if item is None:
+            return
+        with self._lock:
+            self._status[item.node] = item
+            self._publish()
+
+    def delete_node(self, name: str) -> None:
+        with self._lock:
+            self._status.pop(name, None)
+            self._publish()
+
+    def replace_runtime(self, lists: list[NodeImages]) -> None:
+        with self._lock:
+            self._runtime = {item.node: item for item in lists}
+            self._publish()
+
+    # The NodeImages objects the node agents publish (see webhook.runtime_watch).
+    def replace_runtime_objects(self, objects: list[dict]) -> None:
+        lists = [item for item in map(self._convert_runtime, objects) if item is not None]
+        self.replace_runtime(lists)
+
+    def upsert_runtime(self, obj: dict) -> None:
+        item = self._convert_runtime(obj)
+        with self._lock:
+            if item is None:
+                # A list that no longer reads must not keep proving absences.
+                self._runtime.pop(runtime_node_name(obj), None)
+            else:
+                self._runtime[item.node] = item
+            self._publish()
+
+    def delete_runtime(self, node: str) -> None:
+        with self._lock:
+            self._runtime.pop(node, None)
+            self._publish()
+
+    def _convert_runtime(self, obj: dict) -> NodeImages | None:
+        try:
+            return node_images_from_runtime(obj)
+        except ValueError as exc:
+            log.warning("ignoring NodeImages %s: %s", runtime_node_name(obj), exc)
+            return None
+
+    def _convert(self, node: dict) -> NodeImages | None:
+        try:
+            return node_images_from_node(node, observed_at=time.time(), max_images=self.max_images)
+        except ValueError as exc:
+            log.warning("ignoring a node the API returned: %s", exc)
+            return None
+
+    def _publish(self) -> None:
+        # A runtime list outlives its node's deletion; without the Node it must not come back.
+        runtime = (item for name, item in self._runtime.items() if name in self._status)
+        self.current = Inventory(tuple(self._status.values())).merged(runtime)
+
+
+class FileInventory:
+    """A snapshot file, re-read when it changes."""
+
+    def __init__(self, path: Path, *, max_images: int | None = DEFAULT_MAX_IMAGES, interval: float = 5.0) -> None:
+        self.path = path
+        self.max_images = max_images
+        self.interval = interval
+        self.synced = threading.Event()
+        self._stamp = self._file_stamp()
+        self.current = load_inventory_file(path, max_images=max_images)  # bad file at start: fail loudly
+        self.synced.set()
+        self._stop = threading.Event()
+
+    @property
+    def mtime(self) -> float:
+        return self._stamp[0] / 1e9 if self._stamp else 0.0
+
+    def _file_stamp(self) -> tuple | None:
+        try:
+            stat = self.path.stat()
+        except OSError:
+            return None
+        return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+
+    def reload_if_changed(self) -> bool:
+        stamp = self._file_stamp()
+        if stamp is None or stamp == self._stamp:
+            return False
+        try:
+            self.current = load_inventory_file(self.path, max_images=self.max_images)
+        except UsageError as exc:
+            log.warning("keeping the previous inventory: %s", exc)
+            return False
+        self._stamp = stamp
+        log.info("reloaded inventory from %s: %d nodes", self.path, len(self.current))
+        return True
+
+    def start(self) -> threading.Thread:
+        def loop() -> None:
+            while not self._stop.wait(self.interval):
+                self.reload_if_changed()
+
+        thread = threading.Thread(target=loop, name="inventory-file", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()

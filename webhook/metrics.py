@@ -1,0 +1,45 @@
+"""Prometheus metrics, on their own registry (served on the plain-HTTP metrics port)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from webhook.inventory import Inventory
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "image_preflight_admission_requests", "Admission reviews answered",
+            ["kind", "operation", "decision"], registry=self.registry,
+        )
+        self.latency = Histogram(
+            "image_preflight_admission_duration_seconds", "Time to answer an admission review",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=self.registry,
+        )
+        self.nodes = Gauge("image_preflight_inventory_nodes", "Nodes in the inventory", registry=self.registry)
+        self.images = Gauge(
+            "image_preflight_inventory_images", "Image names held, summed over nodes", registry=self.registry
+        )
+        self.truncated = Gauge(
+            "image_preflight_inventory_truncated_nodes", "Nodes whose image list may be partial",
+            registry=self.registry,
+        )
+        self.age = Gauge(
+            "image_preflight_inventory_age_seconds", "Seconds since the inventory was last known current",
+            registry=self.registry,
+        )
+        self.watch_restarts = Counter(
+            "image_preflight_watch_restarts", "Node watch restarts", ["reason"], registry=self.registry
+        )
+
+    def track_inventory(self, current: Callable[[], Inventory], age: Callable[[], float]) -> None:
+        """Read the inventory's figures at scrape time instead of on every change."""
+        self.nodes.set_function(lambda: len(current()))
+        self.images.set_function(lambda: current().image_count)
+        self.truncated.set_function(lambda: sum(not n.complete for n in current().nodes))
+        self.age.set_function(age)

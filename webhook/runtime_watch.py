@@ -1,0 +1,72 @@
+"""Follow the node agents' NodeImages objects into the webhook's LiveInventory.
+
+Where an agent publishes, its complete list takes the place of the node status' capped one;
+an expired lease makes that list inconclusive (see NodeImages.conclusive). Without the CRD
+(a 404 on list) the watch waits quietly for it and node status stays the only source.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+import kubernetes.client
+
+from webhook.node_watch import ResourceWatcher
+from webhook.runtime_inventory import GROUP, PLURAL, VERSION
+
+# How often a missing CRD is looked for again.
+ABSENT_RETRY_SECONDS = 60.0
+
+
+class RuntimeSink(Protocol):
+    def replace_runtime_objects(self, objects: list[dict]) -> None: ...
+
+    def upsert_runtime(self, obj: dict) -> None: ...
+
+    def delete_runtime(self, node: str) -> None: ...
+
+
+def runtime_node_name(obj: object) -> str | None:
+    """The node a NodeImages object speaks for: spec.nodeName, else its name."""
+    if not isinstance(obj, Mapping):
+        return None
+    spec, meta = obj.get("spec"), obj.get("metadata")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    if not node and isinstance(meta, Mapping):
+        node = meta.get("name")
+    return node if isinstance(node, str) and node else None
+
+
+def runtime_watcher(
+    api_client: kubernetes.client.ApiClient,
+    sink: RuntimeSink,
+    *,
+    on_restart: Callable[[str], None] | None = None,
+    **options,
+) -> ResourceWatcher:
+    """A ResourceWatcher over NodeImages feeding `sink`, not started; `options` go to it."""
+    options = {"absent_retry": ABSENT_RETRY_SECONDS, **options}
+    return ResourceWatcher(
+        functools.partial(
+            kubernetes.client.CustomObjectsApi(api_client).list_cluster_custom_object, GROUP, VERSION, PLURAL
+        ),
+        replace=sink.replace_runtime_objects,
+        upsert=sink.upsert_runtime,
+        delete=lambda obj: sink.delete_runtime(runtime_node_name(obj) or ""),
+        what="nodeimages",
+        on_restart=on_restart,
+        **options,
+    )
+
+
+def start_runtime_watch(
+    api_client: kubernetes.client.ApiClient,
+    live_inventory: RuntimeSink,
+    on_restart: Callable[[str], None] | None = None,
+) -> ResourceWatcher:
+    """Start following NodeImages into `live_inventory` (a LiveInventory); returns the watcher."""
+    watcher = runtime_watcher(api_client, live_inventory, on_restart=on_restart)
+    watcher.start()
+    return watcher
