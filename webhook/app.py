@@ -10,8 +10,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
+from starlette.routing import Route
 
 from webhook.admission import BadReview, Outcome, Settings, admit, parse_review
 from webhook.inventory import Inventory
@@ -22,6 +23,7 @@ DEFAULT_TIMEOUT = 10.0  # the apiserver's default timeoutSeconds
 decision_log = logging.getLogger("image_preflight.decision")
 log = logging.getLogger(__name__)
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)$")
+_TIMEOUT_PARAM = re.compile(r"(?:^|&)timeout=([^&]*)")
 
 
 @dataclass
@@ -36,10 +38,6 @@ class _TooLarge(Exception):
     pass
 
 
-def _error(status: int, message: str) -> Response:
-    return JSONResponse({"error": message}, status_code=status)
-
-
 def parse_timeout(value: str | None) -> float:
     """The apiserver's `?timeout=10s` (a Go duration); unreadable means the default."""
     match = _DURATION.match(value or "")
@@ -49,48 +47,96 @@ def parse_timeout(value: str | None) -> float:
     return number / 1000 if unit == "ms" else number * 60 if unit == "m" else number
 
 
-async def _read_body(request: Request) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
-        raise _TooLarge
+class AdmissionEndpoint:
+    """POST /validate as a plain ASGI app: the apiserver calls it for every Job and Pod, so it
+    skips the framework's request objects (a third of the time of an answer) and does only
+    what the contract needs."""
+
+    def __init__(self, state: WebhookState) -> None:
+        self.state = state
+
+    async def __call__(self, scope, receive, send) -> None:
+        started = time.perf_counter()
+        headers = dict(scope["headers"])
+        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower().decode("latin-1")
+        if content_type != "application/json":
+            return await _reply(send, 400, _error(f"content type {content_type or 'none'!r} is not application/json"))
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > MAX_BODY:
+            return await _reply(send, 413, _error(f"body larger than {MAX_BODY} bytes"))
+        timeout = _TIMEOUT_PARAM.search(scope.get("query_string", b"").decode("latin-1"))
+        try:
+            # Answer well inside the apiserver's deadline; past it nobody is listening.
+            async with asyncio.timeout(parse_timeout(timeout.group(1) if timeout else None) * 0.9):
+                body = await _read_body(receive)
+        except _TooLarge:
+            return await _reply(send, 413, _error(f"body larger than {MAX_BODY} bytes"))
+        except TimeoutError:
+            return await _reply(send, 408, _error("body not received before the request's timeout"))
+        except _Disconnected:
+            return None
+        try:
+            review = parse_review(body)
+        except BadReview as exc:
+            return await _reply(send, 400, _error(str(exc)))
+        try:
+            outcome = admit(review, self.state.inventory(), self.state.settings, now=time.time())
+        except Exception as exc:  # never a 500: the apiserver would apply failurePolicy blindly
+            log.exception("decision failed for uid %s", review["request"]["uid"])
+            outcome = _internal_error(review, exc)
+        _record(self.state.metrics, outcome, time.perf_counter() - started)
+        await _reply(send, 200, json.dumps(outcome.review, separators=(",", ":")).encode())
+
+
+class _Disconnected(Exception):
+    pass
+
+
+async def _read_body(receive) -> bytes:
     chunks, size = [], 0
-    async for chunk in request.stream():
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        chunk = message.get("body", b"")
         size += len(chunk)
         if size > MAX_BODY:
             raise _TooLarge
         chunks.append(chunk)
-    return b"".join(chunks)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
 
 
-def create_app(state: WebhookState) -> FastAPI:
+def _error(message: str) -> bytes:
+    return json.dumps({"error": message}).encode()
+
+
+async def _reply(send, status: int, body: bytes) -> None:
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+    })
+    await send({"type": "http.response.body", "body": body})
+
+
+class _AdmissionFirst:
+    """POST /validate goes straight to the endpoint; the framework's middleware layers would
+    otherwise take as long as the decision itself. Everything else is FastAPI's."""
+
+    def __init__(self, endpoint: AdmissionEndpoint, app: FastAPI) -> None:
+        self.endpoint, self.fastapi = endpoint, app
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/validate":
+            return await self.endpoint(scope, receive, send)
+        return await self.fastapi(scope, receive, send)
+
+
+def create_app(state: WebhookState) -> _AdmissionFirst:
+    endpoint = AdmissionEndpoint(state)
     app = FastAPI(title="image-preflight", docs_url=None, redoc_url=None, openapi_url=None)
-
-    @app.post("/validate")
-    async def validate(request: Request) -> Response:
-        started = time.perf_counter()
-        content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-        if content_type != "application/json":
-            return _error(400, f"content type {content_type or 'none'!r} is not application/json")
-        # Answer well inside the apiserver's deadline; past it nobody is listening.
-        budget = parse_timeout(request.query_params.get("timeout")) * 0.9
-        try:
-            body = await asyncio.wait_for(_read_body(request), timeout=budget)
-        except _TooLarge:
-            return _error(413, f"body larger than {MAX_BODY} bytes")
-        except asyncio.TimeoutError:
-            return _error(408, "body not received before the request's timeout")
-        try:
-            review = parse_review(body)
-        except BadReview as exc:
-            return _error(400, str(exc))
-        try:
-            outcome = admit(review, state.inventory(), state.settings, now=time.time())
-        except Exception as exc:  # never a 500: the apiserver would apply failurePolicy blindly
-            log.exception("decision failed for uid %s", review["request"]["uid"])
-            outcome = _internal_error(review, exc)
-        elapsed = time.perf_counter() - started
-        _record(state.metrics, outcome, elapsed)
-        return Response(json.dumps(outcome.review, separators=(",", ":")), media_type="application/json")
+    app.router.routes.append(Route("/validate", endpoint, methods=["POST"]))
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -102,7 +148,7 @@ def create_app(state: WebhookState) -> FastAPI:
             return JSONResponse({"status": "ready"})
         return JSONResponse({"status": "inventory not synced or stale"}, status_code=503)
 
-    return app
+    return _AdmissionFirst(endpoint, app)
 
 
 def _internal_error(review: dict, exc: Exception) -> Outcome:

@@ -100,6 +100,7 @@ def build_server(args: argparse.Namespace) -> uvicorn.Server:
     config = uvicorn.Config(
         create_app(state), host=args.host, port=args.port, http="h11", log_level=args.log_level,
         access_log=False, timeout_keep_alive=75, lifespan="off",
+        proxy_headers=False,  # the apiserver calls directly; forwarded headers would only be spoofable
         # Given so uvicorn serves HTTPS; the context is replaced below with one that reloads.
         ssl_certfile=str(args.tls_cert), ssl_keyfile=str(args.tls_key),
     )
@@ -120,6 +121,7 @@ def _inventory_source(args: argparse.Namespace, metrics: Metrics):
     from kubernetes import client, config
 
     from webhook.node_watch import NodeWatcher
+    from webhook.runtime_watch import start_runtime_watch
 
     try:
         if args.kubeconfig is not None:
@@ -136,9 +138,15 @@ def _inventory_source(args: argparse.Namespace, metrics: Metrics):
         on_restart=lambda reason: metrics.watch_restarts.labels(reason).inc(),
     )
     watcher.start()
+    # The node agents' complete lists, where the CRD is installed; node status otherwise.
+    runtime = start_runtime_watch(api, live, lambda reason: metrics.watch_restarts.labels(reason).inc())
 
     def age() -> float:
         # Events and bookmarks both prove the view current, even when nothing changed.
         return float("inf") if watcher.last_sync is None else time.monotonic() - watcher.last_sync
 
-    return live, age, lambda: live.synced.is_set() and age() < args.max_inventory_age, watcher.stop
+    def stop() -> None:
+        watcher.stop()
+        runtime.stop()
+
+    return live, age, lambda: live.synced.is_set() and age() < args.max_inventory_age, stop
