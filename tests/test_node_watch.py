@@ -266,3 +266,17 @@ def test_stop_ends_the_thread_while_a_watch_is_open(fake_apiserver, start_watche
     wait_until(lambda: len(fake_apiserver.watch_requests("nodes")) == 1, "the watch is open")
     run.watcher.stop()
     assert not run.thread.is_alive()
+
+
+def test_the_list_is_read_in_pages_then_watched_from_its_resource_version(fake_apiserver, start_watcher):  # noqa: F811
+    for n in range(45):
+        fake_apiserver.put_object("nodes", node(f"n{n:02d}"))
+    run = start_watcher()
+    wait_until(run.watcher.synced.is_set, "the first list completes")
+    assert sorted(run.sink.nodes) == [f"n{n:02d}" for n in range(45)]
+    pages = list_calls(fake_apiserver)
+    assert len(pages) == 9
+    assert all(call.query.get("limit") == "5" for call in pages)
+    assert "continue" not in pages[0].query and all("continue" in call.query for call in pages[1:])
+    fake_apiserver.put_object("nodes", node("n45"))
+    wait_until(converged(fake_apiserver, run.sink), "the watch after the paged list delivers a new node")

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 _CONNECT_TIMEOUT = 10.0
 _LIST_READ_TIMEOUT = 120.0
+_LIST_PAGE = 5  # nodes per list page: each can carry thousands of image names
 # A watch stream is ended by the server after timeoutSeconds; silence well past that means a
 # dead connection.
 _WATCH_READ_GRACE = 30.0
@@ -33,6 +34,39 @@ class NodeSink(Protocol):
     def upsert_node(self, node: dict) -> None: ...
 
     def delete_node(self, name: str) -> None: ...
+
+
+class _Pages:
+    """A paginated list (limit/continue), read one page at a time as its items are consumed."""
+
+    def __init__(self, list_objects: Callable[..., Any], label_selector: str | None) -> None:
+        self._list_objects = list_objects
+        self._label_selector = label_selector
+        self.resource_version: str | None = None
+
+    def items(self) -> Iterator[dict]:
+        token = None
+        while True:
+            query = {"limit": _LIST_PAGE, **({"_continue": token} if token else {})}
+            response = self._list_objects(
+                label_selector=self._label_selector,
+                _preload_content=False,
+                _request_timeout=(_CONNECT_TIMEOUT, _LIST_READ_TIMEOUT),
+                **query,
+            )
+            try:
+                body = json.loads(response.data)
+            finally:
+                response.release_conn()
+            metadata = body.get("metadata") or {}
+            self.resource_version = metadata.get("resourceVersion")  # the snapshot's, on every page
+            token = metadata.get("continue")
+            items = body.get("items") or []
+            del body
+            yield from items
+            del items
+            if not token:
+                return
 
 
 class _Expired(Exception):
@@ -164,20 +198,14 @@ class ResourceWatcher:
         self.synced.set()
 
     def _list(self) -> None:
-        response = self._list_objects(
-            label_selector=self._label_selector,
-            _preload_content=False,
-            _request_timeout=(_CONNECT_TIMEOUT, _LIST_READ_TIMEOUT),
-        )
-        try:
-            body = json.loads(response.data)
-        finally:
-            response.release_conn()
+        pages = _Pages(self._list_objects, self._label_selector)
+        # The sink converts page by page, so a 200-node cluster's full image lists never sit
+        # in memory as raw JSON all at once. An expired continue token is a 410: re-listed.
+        self._replace(pages.items())
         if self.absent:
             log.info("%s watch: served again", self._what)
             self.absent = False
-        self._replace(body.get("items") or [])
-        self._resource_version = body["metadata"]["resourceVersion"]
+        self._resource_version = pages.resource_version
         self.last_sync = time.monotonic()
         self.synced.set()
 
