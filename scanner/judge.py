@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from scanner.slots import Shape, shape_of, substitute, survives_yaml
-from scanner.render import MISSING, JobTemplate, RowError, image_template, reach
+from scanner.render import MISSING, JobTemplate, RowError, image_template, lookup, reach
 from webhook import decision as core
 from webhook.inventory import Inventory
 from webhook.scheduling import SchedulingSpecError
@@ -140,6 +141,8 @@ class RowJudge:
             presence_only = slot.bare in self.presence_paths
             if presence_only and slot.marker in shape.deciding:
                 return None  # this shape puts a presence-keyed field where the decision reads it
+            if presence_only and lookup(row, slot.bare) is not MISSING:  # type: ignore[arg-type]
+                continue  # prints whatever it holds, somewhere the decision does not read
             try:
                 text = self.template.render_slot(slot, row)
             except RowError as exc:
@@ -229,6 +232,8 @@ def filter_rows(
     """
     job_template = make_template(template, image)
     job_template.check()
+    # Leases (the node agent's lists) are judged now unless the caller says otherwise.
+    now = time.time() if now is None else now
     judge = RowJudge(job_template, inventory, require=require, keep_unknown=keep_unknown, now=now)
     kept, dropped = [], []
     for index, row in enumerate(rows):

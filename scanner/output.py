@@ -43,8 +43,8 @@ def print_summary(result: ScanResult, console: Console) -> None:
 
 def _print_dropped_rows(result: ScanResult, console: Console) -> None:
     """The first dropped rows, one line each (all of them are in --report)."""
-    rows = [row for file in result.files for row in file.dropped]
-    for row in rows[:MAX_ROWS_SHOWN]:
+    rows = [row for file in result.files for row in file.dropped[:MAX_ROWS_SHOWN]][:MAX_ROWS_SHOWN]
+    for row in rows:
         where = f"{row.file}:{row.line}" if row.line else f"{row.file} row {row.row}"
         what = ", ".join(row.verdict.images) or row.verdict.detail
         if row.verdict.nodes:
@@ -52,8 +52,8 @@ def _print_dropped_rows(result: ScanResult, console: Console) -> None:
         elif row.verdict.detail and row.verdict.images:
             what += f" ({row.verdict.detail})"
         console.print(f"dropped {where}: {row.verdict.reason}: {what}", markup=False, highlight=False)
-    if len(rows) > MAX_ROWS_SHOWN:
-        console.print(f"... and {len(rows) - MAX_ROWS_SHOWN} more dropped rows (see --report)")
+    if result.dropped > len(rows):
+        console.print(f"... and {result.dropped - len(rows)} more dropped rows (see --report)")
 
 
 def report_document(result: ScanResult) -> dict:

@@ -63,6 +63,17 @@ def distinct_inputs(
             codes = np.unique(codes, return_inverse=True)[1].astype(np.int64)  # re-compact before overflow
         codes = codes * max(len(values), 1) + indices
         decoders.append((path, indices, values))
+    if len(decoders) == 1:
+        # One column: its dictionary already is the list of distinct values.
+        path, indices, values = decoders[0]
+        rows = []
+        for value in values:
+            row: dict = {}
+            _set(row, path, value)
+            for placeholder in placeholders:
+                _set(row, placeholder, "")
+            rows.append(row)
+        return DistinctInputs(rows, indices)
     _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
     rows = []
     for row_index in first:

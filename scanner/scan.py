@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,25 +14,18 @@ import pyarrow as pa
 
 from image_preflight.errors import UsageError
 from scanner import datasets
-from scanner.judge import MISSING_IMAGE, RowJudge, RowVerdict
+from scanner.dropped import DroppedRows
+from scanner.judge import RowJudge
 from scanner.parquet_inputs import distinct_inputs
 
 Progress = Callable[[int], None]  # called with the number of rows just judged
-
-
-@dataclass(frozen=True, slots=True)
-class DroppedRow:
-    file: str
-    row: int  # 0-based index among the file's rows
-    line: int | None  # JSONL line number
-    verdict: RowVerdict
 
 
 @dataclass(slots=True)
 class FileResult:
     path: Path
     rows: int
-    dropped: list[DroppedRow]
+    dropped: DroppedRows
     output: Path | None = None
 
     @property
@@ -39,7 +33,7 @@ class FileResult:
         return self.rows - len(self.dropped)
 
     def dropped_by_reason(self) -> Counter:
-        return Counter(d.verdict.reason for d in self.dropped)
+        return self.dropped.by_reason()
 
 
 @dataclass(slots=True)
@@ -55,9 +49,7 @@ class ScanResult:
         """Distinct missing images with the number of rows each one drops."""
         counts: Counter = Counter()
         for result in self.files:
-            for row in result.dropped:
-                if row.verdict.reason == MISSING_IMAGE:
-                    counts.update(row.verdict.images)
+            counts.update(result.dropped.missing_images())
         return counts
 
 
@@ -99,34 +91,43 @@ def _scan_json(path: Path, judge: RowJudge, output: Path | None, progress: Progr
     source = datasets.read_json_rows(path)
     if not source.rows:
         raise UsageError(f"{path}: no rows")
-    keep, dropped = [], []
+    keep, dropped_rows, verdicts, lines = [], [], [], []
     for index, row in enumerate(source.rows):
         verdict = judge.judge(row)
         keep.append(verdict.kept)
         if not verdict.kept:
-            line = source.line_numbers[index] if source.line_numbers else None
-            dropped.append(DroppedRow(str(path), index, line, verdict))
+            dropped_rows.append(index)
+            verdicts.append(verdict)
+            if source.line_numbers:
+                lines.append(source.line_numbers[index])
         if progress and index % 1024 == 1023:
             progress(1024)
     if progress:
         progress(len(source.rows) % 1024)
     if output is not None:
         datasets.write_json_rows(output, source, keep)
+    dropped = DroppedRows.collect(str(path), dropped_rows, verdicts, lines if source.line_numbers else None)
     return FileResult(path, len(source.rows), dropped, output)
 
 
 def _scan_parquet(path: Path, judge: RowJudge, output: Path | None, progress: Progress | None) -> FileResult:
-    table = datasets.read_parquet(path)
+    # pyarrow reads without the GIL: the whole table loads on a second core while the verdicts
+    # are worked out from the few columns the template reads.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        whole = pool.submit(datasets.read_parquet, path)
+        read = _fields_read(judge)
+        inputs = None
+        if read is not None:
+            inputs = distinct_inputs(datasets.read_parquet(path, read), judge.value_paths, judge.presence_paths)
+        verdicts = [judge.shared_verdict(row) for row in inputs.rows] if inputs is not None else [None]
+        table = whole.result()
     if table.num_rows == 0:
         raise UsageError(f"{path}: no rows")
-    inputs = distinct_inputs(table, judge.value_paths, judge.presence_paths)
-    verdicts = [judge.shared_verdict(row) for row in inputs.rows] if inputs is not None else [None]
     if None not in verdicts:
         keep_group = np.fromiter((v.kept for v in verdicts), dtype=bool, count=len(verdicts))
         keep = keep_group[inputs.group_of_row]
-        dropped = [
-            DroppedRow(str(path), int(i), None, verdicts[inputs.group_of_row[i]]) for i in np.flatnonzero(~keep)
-        ]
+        rows = np.flatnonzero(~keep)
+        dropped = DroppedRows(str(path), rows, inputs.group_of_row[rows], verdicts)
     else:
         keep, dropped = _judge_row_by_row(table, judge, path)
     if progress:
@@ -136,19 +137,30 @@ def _scan_parquet(path: Path, judge: RowJudge, output: Path | None, progress: Pr
     return FileResult(path, table.num_rows, dropped, output)
 
 
-def _judge_row_by_row(table: pa.Table, judge: RowJudge, path: Path) -> tuple[np.ndarray, list[DroppedRow]]:
+def _fields_read(judge: RowJudge) -> list[str] | None:
+    """The top-level columns the key reads, or None when it reads the row whole."""
+    if judge.value_paths is None:
+        return None
+    paths = (*judge.value_paths, *judge.presence_paths)
+    if not all(isinstance(path[0], str) for path in paths):
+        return None
+    return sorted({path[0] for path in paths})
+
+
+def _judge_row_by_row(table: pa.Table, judge: RowJudge, path: Path) -> tuple[np.ndarray, DroppedRows]:
     paths = judge.template.paths
     if paths is not None:
         wanted = {p[0] for p in paths if isinstance(p[0], str)} & set(table.column_names)
         table = table.select([c for c in table.column_names if c in wanted])
     keep = np.ones(table.num_rows, dtype=bool)
-    dropped = []
+    dropped_rows, verdicts = [], []
     offset = 0
     for batch in table.to_batches(max_chunksize=65536):
         for index, row in enumerate(batch.to_pylist(), start=offset):
             verdict = judge.judge(row)
             if not verdict.kept:
                 keep[index] = False
-                dropped.append(DroppedRow(str(path), index, None, verdict))
+                dropped_rows.append(index)
+                verdicts.append(verdict)
         offset += batch.num_rows
-    return keep, dropped
+    return keep, DroppedRows.collect(str(path), dropped_rows, verdicts)

@@ -569,3 +569,19 @@ def test_the_log_record_names_what_was_decided():
         "operation": "CREATE", "decision": "deny", "images": [ABSENT, HELD], "detail": record["detail"],
     }
     assert ABSENT in record["detail"] and HELD not in record["detail"]
+
+
+def test_the_readme_example_review_is_denied_against_the_example_nodes():
+    from pathlib import Path
+
+    from webhook.inventory_files import load_inventory_file
+
+    root = Path(__file__).resolve().parents[1] / "examples" / "swe-smith"
+    review = parse_review((root / "admission-review.json").read_bytes())
+    outcome = admit(review, load_inventory_file(root / "nodes.json"), Settings())
+    response = outcome.review["response"]
+    assert response["uid"] == review["request"]["uid"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 422
+    assert "swesmith.x86_64.getmoto__moto.694ce1f4:openai" in response["status"]["message"]
+    assert "cpu-node-1" in response["status"]["message"]

@@ -2,11 +2,14 @@
 
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
 
 from image_preflight.cli import main
+from scanner import filter_rows
+from webhook.inventory import Inventory, NodeImages
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "swe-smith"
@@ -442,3 +445,15 @@ def test_template_and_image_are_exclusive(work, capsys):
     with pytest.raises(SystemExit) as raised:
         main(["scan", "d.jsonl", "--image", IMAGE, "--template", "job.yaml", "--inventory", "nodes.json"])
     assert raised.value.code == 2
+
+
+def test_filter_rows_judges_agent_leases_at_the_current_time():
+    observed = time.time() - 3600
+    expired = Inventory((NodeImages.from_names("cpu-1", ["app:openai"], observed_at=observed,
+                                                 expires_at=observed + 300, source="cri"),))
+    rows = [{"image_name": "app"}, {"image_name": "gone"}]
+    kept, dropped = filter_rows(rows, image="{{ input.image_name }}:openai", inventory=expired)
+    assert kept == [rows[0]]
+    assert [(index, verdict.reason) for index, _, verdict in dropped] == [(1, "unknown")]
+    kept, dropped = filter_rows(rows, image="{{ input.image_name }}:openai", inventory=expired, now=observed)
+    assert [(index, verdict.reason) for index, _, verdict in dropped] == [(1, "missing")]

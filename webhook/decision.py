@@ -39,7 +39,20 @@ class Decision:
         return [v for v in self.verdicts if v.status == status]
 
 
+_MEMO_LIMIT = 1024  # distinct placements remembered per inventory
+
+
 def eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list[NodeImages], Counter]:
+    """The nodes `placement` may land on, and why the others are out (memoized per inventory)."""
+    found = inventory.memo.get(placement)
+    if found is None:
+        if len(inventory.memo) >= _MEMO_LIMIT:
+            inventory.memo.clear()
+        found = inventory.memo[placement] = _eligible_nodes(placement, inventory)
+    return found
+
+
+def _eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list[NodeImages], Counter]:
     eligible, reasons = [], Counter()
     for node in inventory.nodes:
         # Traits unknown (a single-node snapshot): the pod may land there.

@@ -75,9 +75,13 @@ class NodeImages:
 class Inventory:
     nodes: tuple[NodeImages, ...] = ()
     _by_name: Mapping[str, NodeImages] = field(init=False, repr=False, compare=False)
+    # Memo for webhook.decision.eligible_nodes: rollout Jobs share one placement, so the
+    # scheduler filters run once per placement and inventory instead of once per request.
+    memo: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {n.node: n for n in self.nodes})
+        object.__setattr__(self, "memo", {})
 
     def get(self, node: str) -> NodeImages | None:
         return self._by_name.get(node)
