@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from certs.store import CertRequest, ensure_certificates  # noqa: E402
 
 SERVER_NAME = "image-preflight.image-preflight.svc"
+EXTRA: list[str] = []
 EXAMPLE_NODES = ROOT / "examples" / "swe-smith" / "nodes.json"
 
 
@@ -177,7 +178,7 @@ def main() -> None:
         serve_port, bare_port = free_port(), free_port()
         serve = start([sys.executable, "-m", "image_preflight", "serve", "--tls-cert", str(cert), "--tls-key", str(key),
                        "--inventory", str(EXAMPLE_NODES), "--host", "127.0.0.1", "--port", str(serve_port),
-                       "--metrics-port", "0"], serve_port)
+                       "--metrics-port", "0", *EXTRA], serve_port)
         bare = start([sys.executable, str(ROOT / "benchmarks" / "canned_webhook.py"), "--port", str(bare_port),
                       "--tls-cert", str(cert), "--tls-key", str(key)], bare_port)
         try:
