@@ -12,7 +12,6 @@ import contextvars
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import jinja2
 import yaml
@@ -54,11 +53,6 @@ class RowError(ValueError):
 
 class JobShapeError(RowError):
     """The rendered text is not exactly one Job; for the probe row, a flaw of the template itself."""
-
-
-@dataclass(frozen=True, slots=True)
-class Rendered:
-    job: dict
 
 
 def _environment() -> jinja2.Environment:

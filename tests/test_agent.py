@@ -21,16 +21,8 @@ from agent.cri import ImageClient, RuntimeImage
 from agent.inventory import CHANGED, CREATE, RENEW, fingerprint, image_dicts, node_images_object
 from agent.publisher import Agent, PublishError, Publisher
 from image_preflight.cli import build_parser, main
-from tests.containerd import (  # noqa: F401 - containerd is a fixture
-    Containerd,
-    build_oci_archive_many,
-    containerd,
-    import_image,
-    manifest_digest,
-    remove,
-    tag,
-)
-from tests.fake_apiserver import FakeApiServer, fake_api_client, fake_apiserver, write_kubeconfig  # noqa: F401
+from tests.containerd import Containerd, build_oci_archive_many, import_image, manifest_digest, remove, tag
+from tests.fake_apiserver import FakeApiServer, write_kubeconfig
 from webhook.runtime_inventory import GROUP, PLURAL, VERSION, format_time, parse_time
 from webhook.snapshots import load_snapshot
 
@@ -56,7 +48,7 @@ def register_nodeimages(server: FakeApiServer) -> None:
 
 
 @pytest.fixture
-def apiserver(fake_apiserver: FakeApiServer) -> FakeApiServer:  # noqa: F811
+def apiserver(fake_apiserver: FakeApiServer) -> FakeApiServer:
     register_nodeimages(fake_apiserver)
     return fake_apiserver
 
@@ -124,7 +116,7 @@ class Clock:
 
 
 @pytest.fixture
-def running(fake_api_client) -> Iterator[Callable[..., Agent]]:  # noqa: F811
+def running(fake_api_client) -> Iterator[Callable[..., Agent]]:
     """Starts Agents in threads; stops and closes them at the end."""
     started: list[tuple[Agent, threading.Event, threading.Thread]] = []
 
@@ -148,7 +140,7 @@ def running(fake_api_client) -> Iterator[Callable[..., Agent]]:  # noqa: F811
 # -- --print against a real containerd ------------------------------------------------------
 
 
-def test_print_lists_every_imported_image_with_its_tags_and_digests(containerd, tmp_path, capsys):  # noqa: F811
+def test_print_lists_every_imported_image_with_its_tags_and_digests(containerd, tmp_path, capsys):
     ids = import_images(containerd, tmp_path, [ALPHA, SWE, TOOL])
     tag(containerd.socket, ALPHA, "docker.io/library/alpha:v2")
     by_digest = "docker.io/library/alpha@" + manifest_digest(containerd.socket, ALPHA)
@@ -174,7 +166,7 @@ def test_print_lists_every_imported_image_with_its_tags_and_digests(containerd, 
     assert {"docker.io/library/alpha:v2", by_digest, TOOL} <= node.refs
 
 
-def test_print_takes_the_node_from_node_name_and_the_lease_from_the_flag(containerd, capsys, monkeypatch):  # noqa: F811
+def test_print_takes_the_node_from_node_name_and_the_lease_from_the_flag(containerd, capsys, monkeypatch):
     monkeypatch.setenv("NODE_NAME", "from-downward-api")
     assert main(["agent", "--print", "--cri-endpoint", containerd.endpoint, "--lease", "90"]) == 0
     obj = json.loads(capsys.readouterr().out)
@@ -208,7 +200,7 @@ def test_bad_flags_are_named(argv, message, capsys, monkeypatch):
 # -- the publishing agent against a real containerd -----------------------------------------
 
 
-def test_published_list_follows_tags_added_and_removed(containerd, tmp_path, capsys, apiserver, running):  # noqa: F811
+def test_published_list_follows_tags_added_and_removed(containerd, tmp_path, capsys, apiserver, running):
     ids = import_images(containerd, tmp_path, [ALPHA, SWE])
     wait_listed(containerd, 2)
     agent = running(containerd.endpoint)
@@ -231,7 +223,7 @@ def test_published_list_follows_tags_added_and_removed(containerd, tmp_path, cap
 
 
 def test_agent_recovers_after_containerd_restarts_and_leaves_the_object_alone_meanwhile(
-    containerd, tmp_path, apiserver, running  # noqa: F811
+    containerd, tmp_path, apiserver, running
 ):
     ids = import_images(containerd, tmp_path, [ALPHA])
     wait_listed(containerd, 1)
@@ -257,7 +249,7 @@ def test_agent_recovers_after_containerd_restarts_and_leaves_the_object_alone_me
     assert list(names_by_id(stored(apiserver)["spec"]["images"])) == [ids[ALPHA]]
 
 
-def test_agent_gives_up_when_the_runtime_stays_away(tmp_path, apiserver, fake_api_client):  # noqa: F811
+def test_agent_gives_up_when_the_runtime_stays_away(tmp_path, apiserver, fake_api_client):
     agent = Agent(ImageClient(str(tmp_path / "absent.sock"), timeout=1.0),
                   Publisher(fake_api_client, NODE, lease_seconds=30), interval=0.01, exit_after_failures=3)
     with agent.images:
@@ -274,7 +266,7 @@ def test_publish_command_exits_1_when_the_runtime_stays_away(tmp_path, apiserver
     assert stored(apiserver) is None
 
 
-def test_sigterm_stops_the_publishing_agent_cleanly(containerd, tmp_path, apiserver):  # noqa: F811
+def test_sigterm_stops_the_publishing_agent_cleanly(containerd, tmp_path, apiserver):
     import_images(containerd, tmp_path, [ALPHA])
     wait_listed(containerd, 1)
     kubeconfig = write_kubeconfig(apiserver, tmp_path / "kubeconfig")
@@ -298,7 +290,7 @@ def test_sigterm_stops_the_publishing_agent_cleanly(containerd, tmp_path, apiser
 
 
 @pytest.fixture
-def publisher(apiserver, fake_api_client) -> Publisher:  # noqa: F811
+def publisher(apiserver, fake_api_client) -> Publisher:
     return Publisher(fake_api_client, NODE, lease_seconds=30)
 
 
@@ -364,7 +356,7 @@ def test_a_deleted_object_is_created_again(apiserver, publisher):
     assert writes(apiserver) == ["POST", "PUT", "POST"]
 
 
-def test_an_object_from_a_previous_run_is_taken_over_without_a_write(apiserver, fake_api_client):  # noqa: F811
+def test_an_object_from_a_previous_run_is_taken_over_without_a_write(apiserver, fake_api_client):
     Publisher(fake_api_client, NODE, lease_seconds=30).publish(SAMPLE, now=T0)
     restarted = Publisher(fake_api_client, NODE, lease_seconds=30)
     assert restarted.publish(SAMPLE, now=T0 + 5) is None

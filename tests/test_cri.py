@@ -14,17 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from agent.cri import CRIError, ImageClient, RuntimeImage
-from tests.containerd import (  # noqa: F401 - containerd is a fixture
-    Containerd,
-    build_oci_archive,
-    build_oci_archive_many,
-    containerd,
-    import_image,
-    manifest_digest,
-    remove,
-    require_containerd,
-    tag,
-)
+from tests.containerd import Containerd, build_oci_archive, build_oci_archive_many, import_image, manifest_digest, remove, require_containerd, tag
 
 ALPHA = "docker.io/library/alpha:v1"
 SWE = "docker.io/swebench/sweb.eval.x86_64.astropy__astropy-12907:latest"

@@ -8,13 +8,7 @@ import pytest
 import urllib3
 from kubernetes import client, config, watch
 
-from tests.fake_apiserver import (  # noqa: F401 - fixtures
-    FakeApiServer,
-    fake_api_client,
-    fake_apiserver,
-    make_api_client,
-    write_kubeconfig,
-)
+from tests.fake_apiserver import FakeApiServer, make_api_client, write_kubeconfig
 
 GROUP, VERSION, PLURAL = "preflight.example.com", "v1alpha1", "nodeimages"
 
@@ -33,7 +27,7 @@ def raw_events(api: client.CoreV1Api, **query) -> list[dict]:
 
 
 @pytest.fixture
-def core(fake_api_client) -> client.CoreV1Api:  # noqa: F811
+def core(fake_api_client) -> client.CoreV1Api:
     return client.CoreV1Api(fake_api_client)
 
 
@@ -95,7 +89,7 @@ def test_list_filters_by_label_and_field_selector(core):
     assert listing.metadata.resource_version == "3"
 
 
-def test_custom_objects_are_namespaced_and_listable_across_namespaces(fake_apiserver, fake_api_client):  # noqa: F811
+def test_custom_objects_are_namespaced_and_listable_across_namespaces(fake_apiserver, fake_api_client):
     fake_apiserver.register(group=GROUP, version=VERSION, resource=PLURAL, kind="NodeImages", namespaced=True)
     custom = client.CustomObjectsApi(fake_api_client)
     for ns in ("one", "two"):
@@ -112,7 +106,7 @@ def test_custom_objects_are_namespaced_and_listable_across_namespaces(fake_apise
     assert missing.value.status == 404
 
 
-def test_watch_replays_events_after_the_given_resource_version(fake_apiserver, core):  # noqa: F811
+def test_watch_replays_events_after_the_given_resource_version(fake_apiserver, core):
     core.create_node({"metadata": {"name": "a"}})
     since = core.create_node({"metadata": {"name": "b"}}).metadata.resource_version
     core.patch_node("a", {"metadata": {"labels": {"x": "1"}}})
@@ -129,7 +123,7 @@ def test_watch_without_resource_version_starts_with_synthetic_added(core):
         ("ADDED", "a"), ("ADDED", "b")]
 
 
-def test_watch_from_before_compaction_gets_an_in_band_410(fake_apiserver, core):  # noqa: F811
+def test_watch_from_before_compaction_gets_an_in_band_410(fake_apiserver, core):
     since = core.create_node({"metadata": {"name": "a"}}).metadata.resource_version
     core.create_node({"metadata": {"name": "b"}})
     fake_apiserver.compact()
@@ -154,7 +148,7 @@ def test_history_window_expires_old_resource_versions():
         assert [e["object"]["metadata"]["name"] for e in replay] == ["c", "d"]
 
 
-def test_bookmarks_carry_the_current_resource_version(fake_apiserver, core):  # noqa: F811
+def test_bookmarks_carry_the_current_resource_version(fake_apiserver, core):
     fake_apiserver.register(resource="configmaps", kind="ConfigMap", namespaced=True)
     core.create_node({"metadata": {"name": "a"}})
     fake_apiserver.put_object("configmaps", {"metadata": {"name": "c", "namespace": "default"}})
@@ -172,7 +166,7 @@ def test_bookmarks_carry_the_current_resource_version(fake_apiserver, core):  # 
     assert event is not None and event["object"] == {"kind": "Node", "apiVersion": "v1", "metadata": {"resourceVersion": "2"}}
 
 
-def test_selector_changes_become_added_and_deleted_for_a_watcher(fake_apiserver, core):  # noqa: F811
+def test_selector_changes_become_added_and_deleted_for_a_watcher(fake_apiserver, core):
     core.create_node({"metadata": {"name": "a", "labels": {"pool": "cpu"}}})
     core.patch_node("a", {"metadata": {"labels": {"pool": "gpu"}}})
     core.patch_node("a", {"metadata": {"labels": {"pool": "cpu"}}})
@@ -180,7 +174,7 @@ def test_selector_changes_become_added_and_deleted_for_a_watcher(fake_apiserver,
     assert [e["type"] for e in events] == ["ADDED", "DELETED"]
 
 
-def test_dropped_watch_breaks_the_clients_stream(fake_apiserver, core):  # noqa: F811
+def test_dropped_watch_breaks_the_clients_stream(fake_apiserver, core):
     core.create_node({"metadata": {"name": "a"}})
     response = core.list_node(watch=True, _preload_content=False)
     stream = response.stream(amt=None)
@@ -191,7 +185,7 @@ def test_dropped_watch_breaks_the_clients_stream(fake_apiserver, core):  # noqa:
     response.release_conn()
 
 
-def test_fail_next_answers_errors_then_heals(fake_apiserver, core):  # noqa: F811
+def test_fail_next_answers_errors_then_heals(fake_apiserver, core):
     fake_apiserver.fail_next(2, status=503)
     for _ in range(2):
         with pytest.raises(client.ApiException) as failed:
@@ -202,19 +196,19 @@ def test_fail_next_answers_errors_then_heals(fake_apiserver, core):  # noqa: F81
     assert [(r.method, r.path) for r in fake_apiserver.requests] == [("GET", "/api/v1/nodes")] * 3
 
 
-def test_requests_are_recorded_with_their_query(fake_apiserver, core):  # noqa: F811
+def test_requests_are_recorded_with_their_query(fake_apiserver, core):
     core.list_node(label_selector="a=b,c in (d,e)", limit=5)
     request = fake_apiserver.requests[-1]
     assert request.query == {"labelSelector": "a=b,c in (d,e)", "limit": "5"}
 
 
-def test_kubeconfig_points_the_client_at_the_server(fake_apiserver, tmp_path):  # noqa: F811
+def test_kubeconfig_points_the_client_at_the_server(fake_apiserver, tmp_path):
     fake_apiserver.put_object("nodes", {"metadata": {"name": "a"}})
     api_client = config.new_client_from_config(config_file=str(write_kubeconfig(fake_apiserver, tmp_path / "kc")))
     assert [n.metadata.name for n in client.CoreV1Api(api_client).list_node().items] == ["a"]
 
 
-def test_status_subresource_separates_status_from_the_rest(fake_apiserver, fake_api_client):  # noqa: F811
+def test_status_subresource_separates_status_from_the_rest(fake_apiserver, fake_api_client):
     fake_apiserver.register(group=GROUP, version=VERSION, resource=PLURAL, kind="NodeImages", namespaced=False,
                             status_subresource=True)
     custom = client.CustomObjectsApi(fake_api_client)

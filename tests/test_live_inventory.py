@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from tests.fake_apiserver import fake_api_client, fake_apiserver, write_kubeconfig  # noqa: F401 - fixtures
+from tests.fake_apiserver import write_kubeconfig
 from tests.test_admission import ABSENT, HELD, NOW, pod_spec, review, workload
 from tests.test_webhook_server import EXAMPLE_NODES, missing_job_review, start_webhook, wait_until  # noqa: F401
 from webhook.admission import Settings, admit, parse_review
@@ -52,7 +52,7 @@ class Watched:
 
 
 @pytest.fixture
-def watch_nodes(fake_api_client) -> Iterator[Callable[..., Watched]]:  # noqa: F811 - fixture
+def watch_nodes(fake_api_client) -> Iterator[Callable[..., Watched]]:
     started: list[NodeWatcher] = []
 
     def start(**options) -> Watched:
@@ -68,7 +68,7 @@ def watch_nodes(fake_api_client) -> Iterator[Callable[..., Watched]]:  # noqa: F
         watcher.stop()
 
 
-def test_nothing_is_decided_against_before_the_first_list(fake_apiserver, watch_nodes):  # noqa: F811
+def test_nothing_is_decided_against_before_the_first_list(fake_apiserver, watch_nodes):
     fake_apiserver.put_object("nodes", api_node("cpu-1", HELD))
     fake_apiserver.fail_next(10**9, status=503)
     watched = watch_nodes()
@@ -84,7 +84,7 @@ def test_nothing_is_decided_against_before_the_first_list(fake_apiserver, watch_
     assert watched.denies_naming("cpu-1")()
 
 
-def test_nodes_added_changed_and_removed_change_the_decision(fake_apiserver, watch_nodes):  # noqa: F811
+def test_nodes_added_changed_and_removed_change_the_decision(fake_apiserver, watch_nodes):
     fake_apiserver.put_object("nodes", api_node("cpu-1", ABSENT))
     watched = watch_nodes()
     wait_until(watched.inventory.synced.is_set, "the first list completes")
@@ -103,7 +103,7 @@ def test_nodes_added_changed_and_removed_change_the_decision(fake_apiserver, wat
     wait_until(watched.allows, "the deleted node no longer counts")
 
 
-def test_taints_from_the_watch_decide_eligibility(fake_apiserver, watch_nodes):  # noqa: F811
+def test_taints_from_the_watch_decide_eligibility(fake_apiserver, watch_nodes):
     gpu_taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
     fake_apiserver.put_object("nodes", api_node("cpu-1", ABSENT))
     fake_apiserver.put_object("nodes", api_node("gpu-1", taints=gpu_taint))
@@ -115,7 +115,7 @@ def test_taints_from_the_watch_decide_eligibility(fake_apiserver, watch_nodes): 
     wait_until(watched.denies_naming("gpu-1"), "the untainted node lacking the image denies")
 
 
-def test_a_node_reporting_as_many_images_as_the_cap_is_unknown(fake_apiserver, watch_nodes):  # noqa: F811
+def test_a_node_reporting_as_many_images_as_the_cap_is_unknown(fake_apiserver, watch_nodes):
     fake_apiserver.put_object("nodes", api_node("cpu-1", HELD, filler=49))  # 50 entries: the list may be cut
     watched = watch_nodes()
     wait_until(watched.inventory.synced.is_set, "the first list completes")
@@ -130,14 +130,14 @@ def test_a_node_reporting_as_many_images_as_the_cap_is_unknown(fake_apiserver, w
     wait_until(watched.denies_naming("cpu-1"), "a list under the cap proves the image absent")
 
 
-def test_without_a_cap_a_long_list_is_complete(fake_apiserver, watch_nodes):  # noqa: F811
+def test_without_a_cap_a_long_list_is_complete(fake_apiserver, watch_nodes):
     fake_apiserver.put_object("nodes", api_node("cpu-1", HELD, filler=120))
     watched = watch_nodes(max_images=None)
     wait_until(watched.inventory.synced.is_set, "the first list completes")
     assert watched.denies_naming("cpu-1")()
 
 
-def test_after_410_a_relist_converges_the_decisions(fake_apiserver, watch_nodes):  # noqa: F811
+def test_after_410_a_relist_converges_the_decisions(fake_apiserver, watch_nodes):
     fake_apiserver.put_object("nodes", api_node("cpu-1", ABSENT))
     fake_apiserver.put_object("nodes", api_node("cpu-2", ABSENT))
     watched = watch_nodes()
@@ -159,7 +159,7 @@ def test_after_410_a_relist_converges_the_decisions(fake_apiserver, watch_nodes)
     assert "cpu-3" not in watched.reply()["status"]["message"]
 
 
-def test_a_runtime_list_replaces_node_status_but_not_a_deleted_node(fake_apiserver, watch_nodes):  # noqa: F811
+def test_a_runtime_list_replaces_node_status_but_not_a_deleted_node(fake_apiserver, watch_nodes):
     fake_apiserver.put_object("nodes", api_node("cpu-1", ABSENT))
     fake_apiserver.put_object("nodes", api_node("cpu-2", HELD, filler=49))
     watched = watch_nodes()
@@ -185,7 +185,7 @@ def restarts_counted(webhook) -> bool:
     return 'image_preflight_watch_restarts_total{reason="error"}' in webhook.metrics()
 
 
-def test_serve_with_a_kubeconfig_denies_once_the_node_appears(fake_apiserver, start_webhook, tmp_path):  # noqa: F811
+def test_serve_with_a_kubeconfig_denies_once_the_node_appears(fake_apiserver, start_webhook, tmp_path):  # noqa: F811 - fixture
     kubeconfig = write_kubeconfig(fake_apiserver, tmp_path / "kubeconfig")
     fake_apiserver.fail_next(10**9, status=503)
     webhook = start_webhook("--kubeconfig", str(kubeconfig))
@@ -215,7 +215,7 @@ def test_serve_with_a_kubeconfig_denies_once_the_node_appears(fake_apiserver, st
 
 
 def test_serve_with_a_kubeconfig_is_unready_while_the_watch_is_silent(
-    fake_apiserver, start_webhook, tmp_path  # noqa: F811 - fixtures
+    fake_apiserver, start_webhook, tmp_path  # noqa: F811 - fixture
 ):
     fake_apiserver.put_object("nodes", api_node("cpu-1", HELD))
     kubeconfig = write_kubeconfig(fake_apiserver, tmp_path / "kubeconfig")
@@ -231,7 +231,7 @@ def test_serve_with_a_kubeconfig_is_unready_while_the_watch_is_silent(
     wait_until(lambda: webhook.get("/readyz")[0] == 200, "ready again once the watch resumes")
 
 
-def test_a_review_of_a_workload_without_images_to_check_is_allowed(fake_apiserver, watch_nodes):  # noqa: F811
+def test_a_review_of_a_workload_without_images_to_check_is_allowed(fake_apiserver, watch_nodes):
     watched = watch_nodes()
     wait_until(watched.inventory.synced.is_set, "the first list completes")
     reply = watched.reply(pod_spec(HELD, policy="Always"))

@@ -9,7 +9,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from tests.fake_apiserver import FakeApiServer, fake_api_client, fake_apiserver  # noqa: F401 - fixtures
+from tests.fake_apiserver import FakeApiServer
 from webhook.node_watch import NodeWatcher
 
 DEADLINE = 10.0
@@ -88,7 +88,7 @@ def list_calls(server: FakeApiServer) -> list:
 
 
 @pytest.fixture
-def start_watcher(fake_api_client) -> Iterator[Callable[..., Running]]:  # noqa: F811 - fixture
+def start_watcher(fake_api_client) -> Iterator[Callable[..., Running]]:
     started: list[NodeWatcher] = []
 
     def start(**options) -> Running:
@@ -105,7 +105,7 @@ def start_watcher(fake_api_client) -> Iterator[Callable[..., Running]]:  # noqa:
         watcher.stop()
 
 
-def test_initial_sync_hands_raw_camel_case_dicts(fake_apiserver, start_watcher):  # noqa: F811
+def test_initial_sync_hands_raw_camel_case_dicts(fake_apiserver, start_watcher):
     for name in ("a", "b", "c"):
         fake_apiserver.put_object("nodes", node(name, images=5))
     run = start_watcher()
@@ -119,7 +119,7 @@ def test_initial_sync_hands_raw_camel_case_dicts(fake_apiserver, start_watcher):
     assert run.sink.calls[0] == ("replace", "a,b,c", None)
 
 
-def test_added_modified_deleted_propagate(fake_apiserver, start_watcher):  # noqa: F811
+def test_added_modified_deleted_propagate(fake_apiserver, start_watcher):
     fake_apiserver.put_object("nodes", node("a"))
     run = start_watcher()
     wait_until(run.watcher.synced.is_set, "the first list completes")
@@ -138,7 +138,7 @@ def test_added_modified_deleted_propagate(fake_apiserver, start_watcher):  # noq
     assert len(list_calls(fake_apiserver)) == 1
 
 
-def test_bookmark_advances_resource_version_for_the_next_watch(fake_apiserver, start_watcher):  # noqa: F811
+def test_bookmark_advances_resource_version_for_the_next_watch(fake_apiserver, start_watcher):
     fake_apiserver.register(group="", version="v1", resource="configmaps", kind="ConfigMap", namespaced=True)
     fake_apiserver.put_object("nodes", node("a"))
     run = start_watcher()
@@ -158,7 +158,7 @@ def test_bookmark_advances_resource_version_for_the_next_watch(fake_apiserver, s
     assert len(list_calls(fake_apiserver)) == 1
 
 
-def test_compaction_gives_410_and_a_relist_converges(fake_apiserver, start_watcher):  # noqa: F811
+def test_compaction_gives_410_and_a_relist_converges(fake_apiserver, start_watcher):
     for name in ("a", "b"):
         fake_apiserver.put_object("nodes", node(name))
     run = start_watcher()
@@ -180,7 +180,7 @@ def test_compaction_gives_410_and_a_relist_converges(fake_apiserver, start_watch
     assert run.sink.nodes["b"]["metadata"]["labels"] == {"changed": "yes"}
 
 
-def test_http_410_on_watch_also_relists(fake_apiserver, start_watcher):  # noqa: F811
+def test_http_410_on_watch_also_relists(fake_apiserver, start_watcher):
     fake_apiserver.put_object("nodes", node("a"))
     run = start_watcher()
     wait_until(run.watcher.synced.is_set, "the first list completes")
@@ -193,7 +193,7 @@ def test_http_410_on_watch_also_relists(fake_apiserver, start_watcher):  # noqa:
     wait_until(converged(fake_apiserver, run.sink), "the view keeps following the server")
 
 
-def test_dropped_connections_reconnect_without_duplicates_or_losses(fake_apiserver, start_watcher):  # noqa: F811
+def test_dropped_connections_reconnect_without_duplicates_or_losses(fake_apiserver, start_watcher):
     fake_apiserver.put_object("nodes", node("n0"))
     run = start_watcher()
     wait_until(run.watcher.synced.is_set, "the first list completes")
@@ -212,7 +212,7 @@ def test_dropped_connections_reconnect_without_duplicates_or_losses(fake_apiserv
     assert len(upserts) == len(set(upserts)), "an event was applied twice"
 
 
-def test_server_errors_back_off_then_recover(fake_apiserver, start_watcher):  # noqa: F811
+def test_server_errors_back_off_then_recover(fake_apiserver, start_watcher):
     fake_apiserver.put_object("nodes", node("a"))
     fake_apiserver.fail_next(2, status=500)
     run = start_watcher()
@@ -231,7 +231,7 @@ def test_server_errors_back_off_then_recover(fake_apiserver, start_watcher):  # 
     assert run.restarts.count("error") >= 2 + 3
 
 
-def test_a_failing_sink_does_not_kill_the_watcher(fake_apiserver, start_watcher):  # noqa: F811
+def test_a_failing_sink_does_not_kill_the_watcher(fake_apiserver, start_watcher):
     run = start_watcher()
     wait_until(run.watcher.synced.is_set, "the first list completes")
     run.sink.fail_upserts = 1
@@ -241,7 +241,7 @@ def test_a_failing_sink_does_not_kill_the_watcher(fake_apiserver, start_watcher)
     assert "error" in run.restarts
 
 
-def test_label_selector_is_passed_through(fake_apiserver, start_watcher):  # noqa: F811
+def test_label_selector_is_passed_through(fake_apiserver, start_watcher):
     fake_apiserver.put_object("nodes", node("gpu1", labels={"pool": "gpu"}))
     fake_apiserver.put_object("nodes", node("cpu1", labels={"pool": "cpu"}))
     run = start_watcher(label_selector="pool=gpu")
@@ -261,14 +261,14 @@ def test_label_selector_is_passed_through(fake_apiserver, start_watcher):  # noq
     assert any(r.query.get("watch") for r in calls) and any("watch" not in r.query for r in calls)
 
 
-def test_stop_ends_the_thread_while_a_watch_is_open(fake_apiserver, start_watcher):  # noqa: F811
+def test_stop_ends_the_thread_while_a_watch_is_open(fake_apiserver, start_watcher):
     run = start_watcher()
     wait_until(lambda: len(fake_apiserver.watch_requests("nodes")) == 1, "the watch is open")
     run.watcher.stop()
     assert not run.thread.is_alive()
 
 
-def test_the_list_is_read_in_pages_then_watched_from_its_resource_version(fake_apiserver, start_watcher):  # noqa: F811
+def test_the_list_is_read_in_pages_then_watched_from_its_resource_version(fake_apiserver, start_watcher):
     for n in range(45):
         fake_apiserver.put_object("nodes", node(f"n{n:02d}"))
     run = start_watcher()

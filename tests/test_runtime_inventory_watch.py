@@ -14,7 +14,8 @@ import pytest
 
 from agent.publisher import Publisher
 from image_preflight.cli import main
-from tests.fake_apiserver import FakeApiServer, fake_api_client, fake_apiserver, write_kubeconfig  # noqa: F401
+from tests.fake_apiserver import FakeApiServer, write_kubeconfig
+from tests.test_webhook_server import start_webhook  # noqa: F401 - fixture
 from webhook.admission import API_VERSION, Settings, admit
 from webhook.decision import DENY, MISSING, UNKNOWN, decide
 from webhook.inventory import image_key
@@ -98,7 +99,7 @@ def job_spec(image: str) -> dict:
 
 
 @pytest.fixture
-def cluster(fake_apiserver: FakeApiServer) -> FakeApiServer:  # noqa: F811
+def cluster(fake_apiserver: FakeApiServer) -> FakeApiServer:
     """cpu-1 at the kubelet's 50-image cap in node status, and a GPU node the Jobs avoid."""
     register_nodeimages(fake_apiserver)
     fake_apiserver.put_object("nodes", kube_node(CPU, "cpu", HELD[:50]))
@@ -107,7 +108,7 @@ def cluster(fake_apiserver: FakeApiServer) -> FakeApiServer:  # noqa: F811
 
 
 @pytest.fixture
-def watched(fake_api_client) -> Iterator[Callable[..., tuple[LiveInventory, ResourceWatcher]]]:  # noqa: F811
+def watched(fake_api_client) -> Iterator[Callable[..., tuple[LiveInventory, ResourceWatcher]]]:
     """A LiveInventory fed by the node watch and the NodeImages watch, as `serve` wires them."""
     stoppers: list[Callable[[], None]] = []
 
@@ -134,7 +135,7 @@ def source_of(live: LiveInventory, node: str) -> str | None:
     return current.source if current else None
 
 
-def test_a_published_complete_list_turns_unknown_into_a_denial(cluster, fake_api_client, watched):  # noqa: F811
+def test_a_published_complete_list_turns_unknown_into_a_denial(cluster, fake_api_client, watched):
     live, _ = watched()
     now = time.time()
     # Node status alone: cpu-1 is at the cap, so an image absent there proves nothing.
@@ -174,7 +175,7 @@ def test_an_expired_lease_makes_the_list_prove_nothing(cluster, watched):
     assert decide(job_spec(BUILT), live.current, now=published_at + 60).outcome == "allow"
 
 
-def test_updates_and_deletions_are_followed(cluster, fake_api_client, watched):  # noqa: F811
+def test_updates_and_deletions_are_followed(cluster, fake_api_client, watched):
     live, _ = watched()
     now = time.time()
     publisher = Publisher(fake_api_client, CPU, lease_seconds=LEASE)
@@ -203,7 +204,7 @@ def test_an_unreadable_object_is_ignored_and_stops_proving_absences(cluster, wat
     assert any(f"NodeImages {CPU}: spec.leaseDurationSeconds" in r.getMessage() for r in caplog.records)
 
 
-def test_without_the_crd_node_status_stays_the_source_until_it_is_installed(fake_apiserver, watched):  # noqa: F811
+def test_without_the_crd_node_status_stays_the_source_until_it_is_installed(fake_apiserver, watched):
     fake_apiserver.put_object("nodes", kube_node(CPU, "cpu", HELD[:50]))
     live, runtime = watched(absent_retry=0.05)
     assert runtime.absent
@@ -219,7 +220,7 @@ def test_without_the_crd_node_status_stays_the_source_until_it_is_installed(fake
     assert quiet_lists >= 1
 
 
-def test_a_started_watch_stops(cluster, fake_api_client):  # noqa: F811
+def test_a_started_watch_stops(cluster, fake_api_client):
     live = LiveInventory()
     watcher = start_runtime_watch(fake_api_client, live, None)
     wait_until(watcher.synced.is_set, "the first list")
@@ -253,7 +254,7 @@ def scan_report(tmp_path: Path, inventory: Path, images: list[str]) -> dict:
     return json.loads(report.read_text())
 
 
-def test_dump_then_scan_reports_an_absent_image_as_missing(cluster, fake_api_client, tmp_path, capsys):  # noqa: F811
+def test_dump_then_scan_reports_an_absent_image_as_missing(cluster, fake_api_client, tmp_path, capsys):
     Publisher(fake_api_client, CPU, lease_seconds=LEASE).publish(runtime_images(HELD), now=time.time())
     document, _ = dump(cluster, tmp_path, capsys)
     assert document["kind"] == "List"
@@ -281,7 +282,7 @@ def test_dump_leaves_out_lists_that_prove_nothing_or_name_no_node(cluster, tmp_p
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary file left
 
 
-def test_dump_without_the_crd_holds_the_nodes_and_says_so(fake_apiserver, tmp_path, capsys):  # noqa: F811
+def test_dump_without_the_crd_holds_the_nodes_and_says_so(fake_apiserver, tmp_path, capsys):
     fake_apiserver.put_object("nodes", kube_node(CPU, "cpu", HELD[:3]))
     kubeconfig = write_kubeconfig(fake_apiserver, tmp_path / "kubeconfig")
     assert main(["inventory", "dump", "--kubeconfig", str(kubeconfig)]) == 0
@@ -308,3 +309,21 @@ def test_dump_names_an_unreachable_cluster(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("image-preflight inventory: cannot list nodes: ") and "\n" not in err
     assert not (tmp_path / "d.json").exists()
+
+
+def test_serve_with_a_kubeconfig_denies_from_a_published_list(fake_apiserver, start_webhook, tmp_path):  # noqa: F811
+    # The whole path: `serve` watches Nodes and NodeImages; node status is capped at 50 names,
+    # so only the agent's complete list can prove NEVER_BUILT absent.
+    register_nodeimages(fake_apiserver)
+    fake_apiserver.put_object("nodes", kube_node(CPU, "cpu", HELD[:50]))
+    webhook = start_webhook("--kubeconfig", str(write_kubeconfig(fake_apiserver, tmp_path / "kubeconfig")))
+    wait_until(lambda: webhook.get("/readyz")[0] == 200, "ready after the first list")
+
+    def response() -> dict:
+        return webhook.post(job_review(NEVER_BUILT))[1]["response"]
+
+    assert response()["allowed"] is True  # unknown: allowed with a warning
+    fake_apiserver.put_object(PLURAL, node_images(CPU, HELD, observed_at=time.time()), group=GROUP, version=VERSION)
+    wait_until(lambda: not response()["allowed"], "denied once the complete list is watched")
+    assert response()["status"]["code"] == 422
+    assert webhook.post(job_review(HELD[70]))[1]["response"]["allowed"] is True

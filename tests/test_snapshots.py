@@ -5,7 +5,6 @@ import json
 
 import pytest
 
-from webhook.images import docker_ref
 from webhook.inventory import DEFAULT_MAX_IMAGES, NAMES_PER_IMAGE, Inventory, NodeImages, image_key
 from webhook.node_status import node_images_from_node
 from webhook.runtime_inventory import (

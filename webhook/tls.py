@@ -33,7 +33,7 @@ class ReloadingContext:
         self.listening.sni_callback = self._choose
         self._stop = threading.Event()
 
-    def _choose(self, ssl_object, server_name, _context) -> None:
+    def _choose(self, ssl_object, _server_name, _context) -> None:
         ssl_object.context = self.current
 
     def _files_stamp(self) -> tuple:
