@@ -377,6 +377,7 @@ def test_unknown_deny_denies_a_partial_list_with_text_that_fails_the_rollout():
     reply = response(outcome)
     assert reply["allowed"] is False and reply["status"]["code"] == 422
     assert agent_lightning_fails_at_once(apiserver_error(reply["status"]["message"]))
+    assert ABSENT in reply["status"]["message"] and "cpu-1" in reply["status"]["message"]
     assert any("cpu-1" in w for w in reply["warnings"])
 
 
@@ -387,6 +388,7 @@ def test_no_eligible_node_is_unknown_with_a_warning_and_denied_under_unknown_den
     assert any("no node" in w for w in allowed["warnings"])
     denied = response(decide(review(workload("Job", spec)), unknown="deny"))
     assert denied["allowed"] is False
+    assert "no node" in denied["status"]["message"]
 
 
 def test_an_empty_inventory_is_unknown_not_a_denial():

@@ -104,7 +104,7 @@ def admit(review: Mapping, inventory: Inventory, settings: Settings, *, now: flo
     if decision.outcome == DENY:
         message = messages.denial_message(decision)
     else:
-        message = "invalid: image-preflight cannot confirm the images on any eligible node (--unknown deny)"
+        message = messages.unconfirmed_message(decision)
     outcome.detail = message  # the log line says what enforce mode denies, in every mode
     if settings.mode == AUDIT:
         outcome.decision = AUDIT

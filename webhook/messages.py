@@ -47,6 +47,22 @@ def denial_message(decision: Decision) -> str:
     return "invalid: " + advice
 
 
+def unconfirmed_message(decision: Decision) -> str:
+    """The denial under `--unknown deny`: images no eligible node's list can confirm."""
+    if not decision.eligible:
+        return "invalid: no node in the inventory can run this pod, so its images cannot be confirmed (--unknown deny)"
+    clauses = [
+        f"image {v.image.image!r} (container {v.image.container!r}) is not confirmed on {_nodes(v.unknown_on)}"
+        for v in decision.verdicts
+        if v.status == UNKNOWN
+    ]
+    return _clip(
+        "invalid: " + "; ".join(clauses) + "; their image lists are partial or stale (--unknown deny): "
+        "raise nodeStatusMaxImages or run the node agent",
+        MAX_MESSAGE,
+    )
+
+
 def unknown_warnings(decision: Decision) -> list[str]:
     if not decision.eligible:
         return [_clip("image-preflight: no node in the inventory can run this pod; images not checked", MAX_WARNING)]
