@@ -19,10 +19,9 @@ from dataclasses import dataclass
 import jinja2
 from jinja2 import nodes
 
-from webhook.workloads import CONTAINER_FIELDS
+from webhook.workloads import CONTAINER_FIELDS, SCHEDULING_FIELDS
 
 _MARKER = "image-preflight-slot-{}-5d1f"
-_SCHEDULING_FIELDS = ("nodeName", "nodeSelector", "affinity", "tolerations")
 _SLOT_NAMES = frozenset({"input", "job_name"})
 Path = tuple  # tuple[str | int, ...]
 
@@ -140,7 +139,7 @@ def decision_fields(spec: Mapping) -> dict:
                 for c in value
             ]
         fields[field] = value
-    for field in _SCHEDULING_FIELDS:
+    for field in SCHEDULING_FIELDS:
         if field in spec:
             fields[field] = spec[field]
     return fields

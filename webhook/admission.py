@@ -10,7 +10,7 @@ from webhook import messages
 from webhook.decision import ALLOW, DENY, REQUIRE_ALL, decide
 from webhook.inventory import Inventory
 from webhook.scheduling import SchedulingSpecError
-from webhook.workloads import CONTAINER_FIELDS, WORKLOAD_KINDS, WorkloadError, pod_spec_of
+from webhook.workloads import CONTAINER_FIELDS, SCHEDULING_FIELDS, WORKLOAD_KINDS, WorkloadError, pod_spec_of
 
 API_VERSION = "admission.k8s.io/v1"
 ENFORCE, WARN, AUDIT = "enforce", "warn", "audit"
@@ -18,7 +18,6 @@ MODES = (ENFORCE, WARN, AUDIT)
 # The API group each workload kind is decided for (other groups' same-named kinds pass).
 _GROUPS = {"Pod": "", "PodTemplate": "", "ReplicationController": "", "Job": "batch", "CronJob": "batch",
            "Deployment": "apps", "StatefulSet": "apps", "DaemonSet": "apps", "ReplicaSet": "apps"}
-_SCHEDULING_FIELDS = ("nodeName", "nodeSelector", "affinity", "tolerations")
 
 
 class BadReview(ValueError):
@@ -142,7 +141,7 @@ def _placement_or_images(obj: object) -> object:
         for c in (spec.get(f) or [])
         if isinstance(c, Mapping)
     )
-    return containers, json.dumps([spec.get(f) for f in _SCHEDULING_FIELDS], sort_keys=True, default=str)
+    return containers, json.dumps([spec.get(f) for f in SCHEDULING_FIELDS], sort_keys=True, default=str)
 
 
 def _reply(

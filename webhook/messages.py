@@ -63,35 +63,31 @@ def unconfirmed_message(decision: Decision) -> str:
     )
 
 
+def _warnings(decision: Decision, status: str, text: str) -> list[str]:
+    """One warning per image with `status`; `text` formats image and nodes."""
+    return [
+        _clip("image-preflight: " + text.format(image=v.image.image, missing=_nodes(v.missing_on),
+                                                 unknown=_nodes(v.unknown_on)), MAX_WARNING)
+        for v in decision.verdicts
+        if v.status == status
+    ]
+
+
 def unknown_warnings(decision: Decision) -> list[str]:
     if not decision.eligible:
         return [_clip("image-preflight: no node in the inventory can run this pod; images not checked", MAX_WARNING)]
-    return [
-        _clip(f"image-preflight: {v.image.image} not confirmed on {_nodes(v.unknown_on)} (partial or stale list)", MAX_WARNING)
-        for v in decision.verdicts
-        if v.status == UNKNOWN
-    ]
+    return _warnings(decision, UNKNOWN, "{image} not confirmed on {unknown} (partial or stale list)")
 
 
 def missing_warnings(decision: Decision) -> list[str]:
     """What enforce mode would deny for: missing images and invalid references."""
-    return [
-        _clip(f"image-preflight: invalid image reference {v.image.image}", MAX_WARNING)
-        for v in decision.verdicts
-        if v.status == INVALID
-    ] + [
-        _clip(f"image-preflight: {v.image.image} absent from {_nodes(v.missing_on)}", MAX_WARNING)
-        for v in decision.verdicts
-        if v.status == MISSING
-    ]
+    return _warnings(decision, INVALID, "invalid image reference {image}") + _warnings(
+        decision, MISSING, "{image} absent from {missing}"
+    )
 
 
 def not_checked_warnings(decision: Decision) -> list[str]:
-    return [
-        _clip(f"image-preflight: {v.image.image} not checked (imagePullPolicy Always pulls it)", MAX_WARNING)
-        for v in decision.verdicts
-        if v.status == NOT_CHECKED
-    ]
+    return _warnings(decision, NOT_CHECKED, "{image} not checked (imagePullPolicy Always pulls it)")
 
 
 def limit_warnings(warnings: list[str]) -> list[str]:

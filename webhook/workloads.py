@@ -10,6 +10,7 @@ from webhook.images import InvalidReference, parse_normalized
 ALWAYS, IF_NOT_PRESENT, NEVER = "Always", "IfNotPresent", "Never"
 PULL_POLICIES = (ALWAYS, IF_NOT_PRESENT, NEVER)
 CONTAINER_FIELDS = ("initContainers", "containers", "ephemeralContainers")
+SCHEDULING_FIELDS = ("nodeName", "nodeSelector", "affinity", "tolerations")  # what webhook.scheduling reads
 
 # Where each kind keeps its pod spec (apps/v1, batch/v1, core/v1).
 _POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
