@@ -67,13 +67,9 @@ def read_json_rows(path: Path) -> JsonRows:
     return JsonRows(rows, lines, numbers)
 
 
-def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pa.Table:
-    """The table, or only `columns` of it (those that exist)."""
+def read_parquet(path: Path) -> pa.Table:
     try:
-        if columns is not None:
-            names = set(pq.read_schema(path).names)
-            columns = [c for c in columns if c in names]
-        return pq.read_table(path, columns=columns)
+        return pq.read_table(path)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
     except (pa.ArrowException, OSError) as exc:

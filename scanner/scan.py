@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,18 +110,11 @@ def _scan_json(path: Path, judge: RowJudge, output: Path | None, progress: Progr
 
 
 def _scan_parquet(path: Path, judge: RowJudge, output: Path | None, progress: Progress | None) -> FileResult:
-    # pyarrow reads without the GIL: the whole table loads on a second core while the verdicts
-    # are worked out from the few columns the template reads.
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        whole = pool.submit(datasets.read_parquet, path)
-        read = _fields_read(judge)
-        inputs = None
-        if read is not None:
-            inputs = distinct_inputs(datasets.read_parquet(path, read), judge.value_paths, judge.presence_paths)
-        verdicts = [judge.shared_verdict(row) for row in inputs.rows] if inputs is not None else [None]
-        table = whole.result()
+    table = datasets.read_parquet(path)
     if table.num_rows == 0:
         raise UsageError(f"{path}: no rows")
+    inputs = distinct_inputs(table, judge.value_paths, judge.presence_paths)
+    verdicts = [judge.shared_verdict(row) for row in inputs.rows] if inputs is not None else [None]
     if None not in verdicts:
         keep_group = np.fromiter((v.kept for v in verdicts), dtype=bool, count=len(verdicts))
         keep = keep_group[inputs.group_of_row]
@@ -135,16 +127,6 @@ def _scan_parquet(path: Path, judge: RowJudge, output: Path | None, progress: Pr
     if output is not None:
         datasets.write_parquet(output, table, pa.array(keep, type=pa.bool_()), like=path)
     return FileResult(path, table.num_rows, dropped, output)
-
-
-def _fields_read(judge: RowJudge) -> list[str] | None:
-    """The top-level columns the key reads, or None when it reads the row whole."""
-    if judge.value_paths is None:
-        return None
-    paths = (*judge.value_paths, *judge.presence_paths)
-    if not all(isinstance(path[0], str) for path in paths):
-        return None
-    return sorted({path[0] for path in paths})
 
 
 def _judge_row_by_row(table: pa.Table, judge: RowJudge, path: Path) -> tuple[np.ndarray, DroppedRows]:

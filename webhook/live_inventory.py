@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from image_preflight.errors import UsageError
+from webhook.file_poll import Poller, file_stamp
 from webhook.inventory import DEFAULT_MAX_IMAGES, Inventory, NodeImages
 from webhook.inventory_files import load_inventory_file
 from webhook.node_status import node_images_from_node
@@ -111,25 +112,19 @@ class FileInventory:
         self.max_images = max_images
         self.interval = interval
         self.synced = threading.Event()
-        self._stamp = self._file_stamp()
+        self._stamp = file_stamp(path)
         self.current = load_inventory_file(path, max_images=max_images)  # bad file at start: fail loudly
         self.synced.set()
-        self._stop = threading.Event()
+        self._poller = Poller(self.reload_if_changed, interval=interval, name="inventory-file")
 
     @property
     def mtime(self) -> float:
-        return self._stamp[0] / 1e9 if self._stamp else 0.0
-
-    def _file_stamp(self) -> tuple | None:
-        try:
-            stat = self.path.stat()
-        except OSError:
-            return None
-        return (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        stat = self._stamp[0]
+        return stat[0] / 1e9 if stat else 0.0
 
     def reload_if_changed(self) -> bool:
-        stamp = self._file_stamp()
-        if stamp is None or stamp == self._stamp:
+        stamp = file_stamp(self.path)
+        if stamp[0] is None or stamp == self._stamp:
             return False
         try:
             self.current = load_inventory_file(self.path, max_images=self.max_images)
@@ -141,13 +136,7 @@ class FileInventory:
         return True
 
     def start(self) -> threading.Thread:
-        def loop() -> None:
-            while not self._stop.wait(self.interval):
-                self.reload_if_changed()
-
-        thread = threading.Thread(target=loop, name="inventory-file", daemon=True)
-        thread.start()
-        return thread
+        return self._poller.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._poller.stop()

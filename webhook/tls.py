@@ -12,6 +12,8 @@ import ssl
 import threading
 from pathlib import Path
 
+from webhook.file_poll import Poller, file_stamp
+
 log = logging.getLogger(__name__)
 
 
@@ -26,28 +28,18 @@ def server_context(cert: Path, key: Path) -> ssl.SSLContext:
 class ReloadingContext:
     def __init__(self, cert: Path, key: Path, *, interval: float = 10.0) -> None:
         self.cert, self.key, self.interval = cert, key, interval
-        self._stamp = self._files_stamp()
+        self._stamp = file_stamp(cert, key)
         self.current = server_context(cert, key)
         # The context the server listens with; it only routes handshakes to `current`.
         self.listening = server_context(cert, key)
         self.listening.sni_callback = self._choose
-        self._stop = threading.Event()
+        self._poller = Poller(self.reload_if_changed, interval=interval, name="tls-reload")
 
     def _choose(self, ssl_object, _server_name, _context) -> None:
         ssl_object.context = self.current
 
-    def _files_stamp(self) -> tuple:
-        stamps = []
-        for path in (self.cert, self.key):
-            try:
-                stat = path.stat()
-                stamps.append((stat.st_mtime_ns, stat.st_size, stat.st_ino))
-            except OSError:
-                stamps.append(None)
-        return tuple(stamps)
-
     def reload_if_changed(self) -> bool:
-        stamp = self._files_stamp()
+        stamp = file_stamp(self.cert, self.key)
         if stamp == self._stamp:
             return False
         try:
@@ -61,13 +53,7 @@ class ReloadingContext:
         return True
 
     def start(self) -> threading.Thread:
-        def loop() -> None:
-            while not self._stop.wait(self.interval):
-                self.reload_if_changed()
-
-        thread = threading.Thread(target=loop, name="tls-reload", daemon=True)
-        thread.start()
-        return thread
+        return self._poller.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._poller.stop()
