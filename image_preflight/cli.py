@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from image_preflight.errors import UsageError
@@ -47,9 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser(chosen if chosen in COMMANDS else None)
     args = parser.parse_args(argv)
     try:
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not as a failure at interpreter exit
+        return code
     except UsageError as exc:
         print(f"image-preflight {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader left (`| head`); what was written to files stands. Exit 1, as rich's
+        # console does when the same happens inside it.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1

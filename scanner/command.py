@@ -61,11 +61,12 @@ def run(args: argparse.Namespace) -> int:
     stdout = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     with _progress() as advance:
         result = scan(args.datasets, judge, out_dir=args.out_dir, progress=advance, protect=other_inputs)
-    output.print_summary(result, stdout)
+    # Files first: a reader of stdout that goes away (`| head`) must not cost the report.
     if args.report is not None:
         output.write_report(args.report, result)
     if args.missing_images is not None:
         output.write_missing_images(args.missing_images, result)
+    output.print_summary(result, stdout)
     return 1 if args.fail_on_drop and result.dropped else 0
 
 

@@ -457,3 +457,20 @@ def test_filter_rows_judges_agent_leases_at_the_current_time():
     assert [(index, verdict.reason) for index, _, verdict in dropped] == [(1, "unknown")]
     kept, dropped = filter_rows(rows, image="{{ input.image_name }}:openai", inventory=expired, now=observed)
     assert [(index, verdict.reason) for index, _, verdict in dropped] == [(1, "missing")]
+
+
+def test_a_reader_that_leaves_early_costs_no_traceback_and_no_report(tmp_path):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1] / "examples" / "swe-smith"
+    report = tmp_path / "report.json"
+    command = [sys.executable, "-m", "image_preflight", "scan", str(root / "train.jsonl"), str(root / "val.jsonl"),
+               "--template", str(root / "job.yaml"), "--inventory", str(root / "nodes.json"), "--report", str(report)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # the reader is gone before the first line, as `| head -0` would be
+    stderr = process.stderr.read().decode()
+    process.wait(timeout=60)
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr
+    assert process.returncode == 1
+    assert json.loads(report.read_text())["dropped"]
