@@ -1,0 +1,363 @@
+"""A real Kubernetes control plane for the tests: etcd, kube-apiserver, kube-controller-manager
+and kube-scheduler, built from their Go modules by `tests/controlplane/build` and found on PATH.
+
+No kubelet runs. Nodes are API objects whose status the tests write through the status
+subresource, and whose Leases a heartbeat renews, as kwok does; so the node lifecycle
+controller keeps them Ready and lifts the not-ready taint that admission puts on new Nodes.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.rest import ApiException
+
+from tests.controlplane.network import ClusterNetwork
+from tests.controlplane.pki import Authority, service_account_keys
+
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+SERVICE_CIDR = "10.0.0.0/24"
+START_DEADLINE_S = 120.0
+HEARTBEAT_S = 5.0
+NODE_LEASE_NAMESPACE = "kube-node-lease"
+# A small cluster answers quickly; these keep the controllers' reactions within test time.
+_CONTROLLER_FLAGS = (
+    "--node-monitor-period=2s",
+    "--node-monitor-grace-period=40s",
+    "--concurrent-job-syncs=5",
+)
+
+
+def missing_binaries() -> list[str]:
+    return [name for name in BINARIES if shutil.which(name) is None]
+
+
+def require_control_plane() -> None:
+    missing = missing_binaries()
+    if missing:
+        reason = (f"control plane binaries not on PATH ({', '.join(missing)}): "
+                  "run tests/controlplane/build and put the folder it prints on PATH")
+        if os.environ.get("CI"):
+            pytest.fail(reason + "; CI requires them")
+        pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Process:
+    """One control-plane binary, its output in a log file."""
+
+    def __init__(self, name: str, args: list[str], log: Path) -> None:
+        self.name, self.args, self.log = name, args, log
+        self.popen: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with open(self.log, "ab") as out:
+            self.popen = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def stop(self) -> None:
+        if self.popen is None or self.popen.poll() is not None:
+            return
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+
+    def check_alive(self) -> None:
+        if self.popen is not None and self.popen.poll() is not None:
+            raise RuntimeError(f"{self.name} exited with {self.popen.returncode}:\n{self.tail()}")
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+def kubeconfig_document(server: str, ca: Path, user: dict, name: str = "test") -> dict:
+    return {
+        "apiVersion": "v1", "kind": "Config", "current-context": name,
+        "clusters": [{"name": name, "cluster": {
+            "server": server, "certificate-authority-data": base64.b64encode(ca.read_bytes()).decode()}}],
+        "users": [{"name": name, "user": user}],
+        "contexts": [{"name": name, "context": {"cluster": name, "user": name}}],
+    }
+
+
+def write_kubeconfig(path: Path, document: dict) -> Path:
+    path.write_text(yaml.safe_dump(document), encoding="utf-8")
+    path.chmod(0o600)
+    return path
+
+
+class ControlPlane:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        self.network = ClusterNetwork(folder / "cluster-network.sock")
+        self.ca = Authority(folder)
+        self.etcd_port, self.etcd_peer_port = free_port(), free_port()
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        self.etcd_url = f"http://127.0.0.1:{self.etcd_port}"
+        serving = self.ca.issue("apiserver", "kube-apiserver", server_names=(
+            "127.0.0.1", "localhost", "10.0.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc"))
+        admin_crt, admin_key = self.ca.issue("admin", "image-preflight-test-admin", org="system:masters")
+        self._admin_tls = ssl.create_default_context(cafile=str(self.ca.cert_path))
+        self._admin_tls.load_cert_chain(admin_crt, admin_key)
+        self.kubeconfig = write_kubeconfig(folder / "admin.kubeconfig", kubeconfig_document(
+            self.url, self.ca.cert_path,
+            {"client-certificate-data": base64.b64encode(admin_crt.read_bytes()).decode(),
+             "client-key-data": base64.b64encode(admin_key.read_bytes()).decode()}))
+        sa_public, sa_private = service_account_keys(folder)
+        egress = folder / "egress.yaml"
+        egress.write_text(yaml.safe_dump({
+            "apiVersion": "apiserver.k8s.io/v1beta1", "kind": "EgressSelectorConfiguration",
+            "egressSelections": [{"name": "cluster", "connection": {
+                "proxyProtocol": "HTTPConnect", "transport": {"uds": {"udsName": str(self.network.socket_path)}}}}],
+        }))
+        self.etcd = Process("etcd", [
+            "etcd", "--name=test", f"--data-dir={folder / 'etcd'}", "--log-level=warn",
+            f"--listen-client-urls={self.etcd_url}", f"--advertise-client-urls={self.etcd_url}",
+            f"--listen-peer-urls=http://127.0.0.1:{self.etcd_peer_port}",
+            f"--initial-advertise-peer-urls=http://127.0.0.1:{self.etcd_peer_port}",
+            f"--initial-cluster=test=http://127.0.0.1:{self.etcd_peer_port}",
+            "--unsafe-no-fsync",  # a throwaway store: fsync only slows the tests
+        ], folder / "etcd.log")
+        self.apiserver = Process("kube-apiserver", [
+            "kube-apiserver", f"--etcd-servers={self.etcd_url}",
+            "--bind-address=127.0.0.1", f"--secure-port={self.port}", "--advertise-address=127.0.0.1",
+            f"--tls-cert-file={serving[0]}", f"--tls-private-key-file={serving[1]}",
+            f"--client-ca-file={self.ca.cert_path}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={sa_public}", f"--service-account-signing-key-file={sa_private}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=Node,RBAC", "--allow-privileged=true",
+            f"--egress-selector-config-file={egress}",
+            # The kubernetes Service's endpoint would be 127.0.0.1, which EndpointSlices may not hold.
+            "--endpoint-reconciler-type=none",
+            "-v=1",
+        ], folder / "kube-apiserver.log")
+        self.controller_manager = Process("kube-controller-manager", [
+            "kube-controller-manager", f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--leader-elect=false",
+            f"--service-account-private-key-file={sa_private}", f"--root-ca-file={self.ca.cert_path}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}", *_CONTROLLER_FLAGS, "-v=1",
+        ], folder / "kube-controller-manager.log")
+        self.scheduler = Process("kube-scheduler", [
+            "kube-scheduler", f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--leader-elect=false", "-v=1",
+        ], folder / "kube-scheduler.log")
+        self.processes = [self.etcd, self.apiserver, self.controller_manager, self.scheduler]
+        self._stop = threading.Event()
+        self._heartbeat = threading.Thread(target=self._heartbeat_loop, name="node-heartbeat", daemon=True)
+        self.heartbeat_errors = 0
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.etcd.start()
+        self._wait(self.etcd, self._etcd_healthy)
+        self.apiserver.start()
+        self._wait(self.apiserver, self.ready)
+        self.controller_manager.start()
+        self.scheduler.start()
+        self._wait(self.controller_manager, self._default_service_account)
+        self._heartbeat.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        for process in reversed(self.processes):
+            process.stop()
+        self.network.close()
+
+    def restart_apiserver(self) -> None:
+        self.apiserver.stop()
+        self.apiserver.start()
+        self._wait(self.apiserver, self.ready)
+
+    def _wait(self, process: Process, condition, deadline_s: float = START_DEADLINE_S) -> None:
+        deadline = time.monotonic() + deadline_s
+        while not condition():
+            process.check_alive()
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{process.name} not ready after {deadline_s:.0f} s:\n{process.tail()}")
+            time.sleep(0.1)
+
+    def _etcd_healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.etcd_url + "/health", timeout=2) as answer:
+                return json.load(answer).get("health") == "true"
+        except OSError:
+            return False
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/readyz", context=self._admin_tls, timeout=2) as answer:
+                return answer.status == 200
+        except OSError:  # refused while starting, 500 until every post-start hook has run
+            return False
+
+    def _default_service_account(self) -> bool:
+        try:
+            self.core().read_namespaced_service_account("default", "default", _request_timeout=2)
+            return True
+        except Exception:
+            return False
+
+    # --- clients -----------------------------------------------------------------------------------
+
+    def api_client(self, kubeconfig: Path | None = None) -> k8s.ApiClient:
+        return k8s_config.new_client_from_config(config_file=str(kubeconfig or self.kubeconfig))
+
+    def core(self) -> k8s.CoreV1Api:
+        if not hasattr(self, "_core"):
+            self._core = k8s.CoreV1Api(self.api_client())
+        return self._core
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                kubeconfig: Path | None = None) -> subprocess.CompletedProcess:
+        result = subprocess.run(["kubectl", f"--kubeconfig={kubeconfig or self.kubeconfig}", *args],
+                                input=input, capture_output=True, text=True, timeout=120)
+        if check and result.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} exited {result.returncode}:\n{result.stderr}")
+        return result
+
+    def service_account_kubeconfig(self, namespace: str, name: str, path: Path) -> Path:
+        """A kubeconfig that acts as the ServiceAccount, with a token from the TokenRequest API."""
+        request = k8s.AuthenticationV1TokenRequest(spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=3600))
+        token = self.core().create_namespaced_service_account_token(name, namespace, request).status.token
+        return write_kubeconfig(path, kubeconfig_document(self.url, self.ca.cert_path, {"token": token}))
+
+    # --- etcd --------------------------------------------------------------------------------------
+
+    def etcd_revision(self) -> int:
+        return int(self._etcd("/v3/kv/range", {"key": base64.b64encode(b"/").decode()})["header"]["revision"])
+
+    def compact_etcd(self) -> int:
+        """Compact etcd's history up to its current revision, as the apiserver's compactor does."""
+        revision = self.etcd_revision()
+        self._etcd("/v3/kv/compaction", {"revision": str(revision), "physical": True})
+        return revision
+
+    def _etcd(self, path: str, body: dict) -> dict:
+        request = urllib.request.Request(self.etcd_url + path, data=json.dumps(body).encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return json.load(answer)
+
+    # --- nodes -------------------------------------------------------------------------------------
+
+    def _heartbeat_loop(self) -> None:
+        coordination = k8s.CoordinationV1Api(self.api_client())
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                for node in self.core().list_node(_request_timeout=10).items:
+                    renew_lease(coordination, node.metadata.name, node.metadata.uid)
+            except Exception:  # the apiserver restarting; the next beat tries again
+                self.heartbeat_errors += 1
+
+
+def _micro_time() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def renew_lease(coordination: k8s.CoordinationV1Api, node: str, uid: str) -> None:
+    """What the kubelet does every 10 s: renew the Node's Lease in kube-node-lease."""
+    body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": node, "namespace": NODE_LEASE_NAMESPACE, "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}]},
+            "spec": {"holderIdentity": node, "leaseDurationSeconds": 40, "renewTime": _micro_time()}}
+    try:
+        coordination.patch_namespaced_lease(node, NODE_LEASE_NAMESPACE, {"spec": body["spec"]},
+                                            _request_timeout=10)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        coordination.create_namespaced_lease(NODE_LEASE_NAMESPACE, body, _request_timeout=10)
+
+
+def node_status(images: list[list[str]], *, ready: bool = True) -> dict:
+    """A Node status as a kubelet would post it; `images` lists each image's names."""
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "capacity": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+        "allocatable": {"cpu": "16", "memory": "64Gi", "pods": "110"},
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False", "reason": "KubeletReady",
+                        "message": "kubelet is posting ready status", "lastHeartbeatTime": now,
+                        "lastTransitionTime": now}],
+        "images": [{"names": names, "sizeBytes": 1 << 20} for names in images],
+    }
+
+
+def create_node(plane: ControlPlane, name: str, *, images: list[list[str]] | None = None,
+                labels: dict | None = None, taints: list[dict] | None = None, unschedulable: bool = False,
+                wait_ready: bool = True) -> dict:
+    """Create a Node through the API and post its status as its kubelet would; by default wait
+    until the node lifecycle controller has lifted the not-ready taint admission gave it."""
+    core = plane.core()
+    body = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                                                  **(labels or {})}},
+            "spec": {"taints": taints or [], "unschedulable": unschedulable}}
+    node = core.create_node(body)
+    renew_lease(k8s.CoordinationV1Api(core.api_client), name, node.metadata.uid)
+    core.patch_node_status(name, {"status": node_status(images or [])})
+    if wait_ready:
+        wait_for(lambda: not any(t.key == "node.kubernetes.io/not-ready" for t in core.read_node(name).spec.taints or ()),
+                 f"node {name}: the not-ready taint is lifted")
+    return core.read_node(name).to_dict()
+
+
+def set_node_images(plane: ControlPlane, name: str, images: list[list[str]]) -> None:
+    plane.core().patch_node_status(name, {"status": {"images": [{"names": n, "sizeBytes": 1 << 20} for n in images]}})
+
+
+def wait_for(condition, what: str, timeout_s: float = 60.0, interval_s: float = 0.1):
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for: {what}")
+        time.sleep(interval_s)
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory) -> Iterator[ControlPlane]:
+    require_control_plane()
+    plane = ControlPlane(tmp_path_factory.mktemp("controlplane"))
+    try:
+        plane.start()
+    except Exception:
+        plane.stop()
+        raise
+    yield plane
+    plane.stop()

@@ -1,0 +1,94 @@
+"""The cluster network, as far as the apiserver sees it.
+
+A real kube-apiserver reaches a webhook Service by dialing the Service's ClusterIP. Here no
+kube-proxy routes ClusterIPs, and EndpointSlices may not name loopback addresses, so the
+apiserver is started with an EgressSelectorConfiguration whose `cluster` egress goes through
+this HTTP CONNECT proxy on a unix socket (the protocol and transport of konnectivity's proxy
+server; HTTPConnect over plain TCP panics in kube-apiserver 1.37.2, getTLSConfig(nil) in
+k8s.io/apiserver/pkg/server/egressselector/egress_selector.go). The proxy forwards the
+addresses the tests expose to ports on 127.0.0.1 and refuses every other; it records what was
+dialed, so a test can show that the apiserver resolved the Service itself.
+"""
+
+from __future__ import annotations
+
+import socket
+import socketserver
+import threading
+from pathlib import Path
+
+
+class ClusterNetwork:
+    def __init__(self, socket_path: Path) -> None:
+        self._routes: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self.dialed: list[str] = []
+        network = self
+
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                network._tunnel(self.request)
+
+        self.socket_path = socket_path
+        self._server = socketserver.ThreadingUnixStreamServer(str(socket_path), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="cluster-network", daemon=True)
+        self._thread.start()
+
+    def expose(self, address: str, local_port: int) -> None:
+        """Connections to `address` ("host:port", as the apiserver dials it) reach 127.0.0.1:local_port."""
+        with self._lock:
+            self._routes[address] = local_port
+
+    def withdraw(self, address: str) -> None:
+        with self._lock:
+            self._routes.pop(address, None)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def _tunnel(self, client: socket.socket) -> None:
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = client.recv(4096)
+            if not chunk or len(head) > 16384:
+                return
+            head += chunk
+        request_line = head.split(b"\r\n", 1)[0].decode("latin-1").split()
+        if len(request_line) != 3 or request_line[0] != "CONNECT":
+            client.sendall(b"HTTP/1.1 405 Method Not Allowed\r\n\r\n")
+            return
+        address = request_line[1]
+        with self._lock:
+            self.dialed.append(address)
+            port = self._routes.get(address)
+        if port is None:
+            client.sendall(b"HTTP/1.1 502 Bad Gateway\r\n\r\n")
+            return
+        try:
+            upstream = socket.create_connection(("127.0.0.1", port), timeout=10)
+        except OSError:
+            client.sendall(b"HTTP/1.1 502 Bad Gateway\r\n\r\n")
+            return
+        upstream.settimeout(None)
+        client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        pump = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+        pump.start()
+        _pump(client, upstream)
+        pump.join()
+        upstream.close()
+
+
+def _pump(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while data := source.recv(65536):
+            sink.sendall(data)
+    except OSError:
+        pass
+    finally:
+        for sock in (sink, source):
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
