@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import uuid
 
 import kr8s.asyncio
@@ -34,9 +36,12 @@ def _names(image: str, hex_digit: str) -> list[str]:
     return ["docker.io/" + image, f"{repository}@sha256:{hex_digit * 64}"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def deployed(control_plane, deploy_copy):
-    """The self-signed overlay applied for real, with certificates from `image-preflight certs`."""
+    """The self-signed overlay and the node agent applied for real, with certificates from
+    `image-preflight certs`."""
+    control_plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / "agent"))
+    control_plane.kubectl("wait", "--for=condition=Established", "crd/nodeimages.image-preflight.io")
     control_plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / SELF_SIGNED))
     return deploy_copy / SELF_SIGNED / "certs"
 
@@ -241,3 +246,135 @@ def test_the_failure_policy_fail_component_rejects_while_the_webhook_is_down(
     policy = k8s.AdmissionregistrationV1Api(control_plane.core().api_client).read_validating_webhook_configuration(
         "image-preflight").webhooks[0].failure_policy
     assert policy == "Ignore"
+
+
+# --- the service accounts of deploy/: what they use is what they are granted ----------------------
+
+
+def _granted(plane, role: str) -> set[tuple[str, str, str]]:
+    rules = k8s.RbacAuthorizationV1Api(plane.core().api_client).read_cluster_role(role).rules
+    return {(g, r, v) for rule in rules for g in rule.api_groups for r in rule.resources for v in rule.verbs}
+
+
+def _used(plane, kubeconfig) -> set[tuple[str, str, str]]:
+    requests = plane.audited_requests(kubeconfig)
+    assert [r for r in requests if r["code"] == 403] == []  # sufficient: nothing it asked was forbidden
+    return {(r["group"], r["resource"] + (f"/{r['subresource']}" if r["subresource"] else ""), r["verb"])
+            for r in requests}
+
+
+def test_the_webhook_role_grants_exactly_what_serve_uses(control_plane, webhook):
+    # Started, synced and answering: every request serve makes in steady state has been made.
+    used = wait_for(lambda: len(u := _used(control_plane, webhook.kubeconfig)) >= 4 and u, "serve's lists and watches",
+                    timeout_s=20)
+    assert used == _granted(control_plane, "image-preflight")
+
+
+@pytest.mark.parametrize("attempt", ["patch a node", "write a NodeImages object", "read a secret"])
+def test_the_webhook_account_cannot_write_or_read_beyond_its_role(control_plane, webhook, attempt):
+    api = control_plane.api_client(webhook.kubeconfig)
+    calls = {
+        "patch a node": lambda: k8s.CoreV1Api(api).patch_node(NODES[0], {"metadata": {"labels": {"x": "y"}}}),
+        "write a NodeImages object": lambda: k8s.CustomObjectsApi(api).create_cluster_custom_object(
+            "image-preflight.io", "v1alpha1", "nodeimages", {"apiVersion": "image-preflight.io/v1alpha1",
+                                                             "kind": "NodeImages", "metadata": {"name": "x"}}),
+        "read a secret": lambda: k8s.CoreV1Api(api).read_namespaced_secret("image-preflight-tls", "image-preflight"),
+    }
+    with pytest.raises(ApiException) as caught:
+        calls[attempt]()
+    assert caught.value.status == 403
+
+
+# --- the node agent publishes, the webhook and the scanner read ---------------------------------
+
+AGENT_NODE = "e2e-agent"
+BUILT = "docker.io/swe-smith/task-built:openai"  # in the runtime, not in the node's (capped) status
+ABSENT = "docker.io/swe-smith/task-absent:openai"
+AGENT_GROUP = {"key": "image-preflight.test/group", "value": "agent", "effect": "NoSchedule"}
+
+
+def _agent_job(name: str, image: str) -> dict:
+    job = job_manifest(name, image)
+    job["spec"]["template"]["spec"].update(
+        nodeSelector={"kubernetes.io/hostname": AGENT_NODE},
+        tolerations=[{"key": AGENT_GROUP["key"], "operator": "Exists"}])
+    return job
+
+
+def _dry_run(plane, namespace: str, job: dict) -> ApiException | None:
+    try:
+        k8s.BatchV1Api(plane.core().api_client).create_namespaced_job(namespace, job, dry_run="All")
+    except ApiException as exc:
+        return exc
+    return None
+
+
+@pytest.fixture
+def agent_node(control_plane):
+    # A kubelet at nodeStatusMaxImages: 50 lists 50 images; which ones, nobody can say.
+    capped = [[f"docker.io/library/filler-{i}:1"] for i in range(50)]
+    create_node(control_plane, AGENT_NODE, images=capped, taints=[AGENT_GROUP])
+    yield AGENT_NODE
+    control_plane.core().delete_node(AGENT_NODE)
+
+
+def test_agent_publishes_over_cri_and_the_webhook_decides_from_the_complete_list(
+        control_plane, webhook, enforced, agent_node, containerd, tmp_path):
+    from tests.containerd import build_oci_archive_many, import_image
+
+    archive = tmp_path / "images.tar"
+    build_oci_archive_many(archive, [BUILT])
+    import_image(containerd.socket, archive)
+    # Against the capped node status the decision is unknown: allowed, with a warning.
+    assert _dry_run(control_plane, enforced, _agent_job("before", ABSENT)) is None
+
+    kubeconfig = control_plane.service_account_kubeconfig("image-preflight-agent", "image-preflight-agent",
+                                                          tmp_path / "agent.kubeconfig")
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "image_preflight", "agent", "--publish", "--node", AGENT_NODE,
+         "--cri-endpoint", containerd.endpoint, "--kubeconfig", str(kubeconfig), "--interval", "1", "--lease", "60"],
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "agent.log", "wb"))
+    try:
+        custom = k8s.CustomObjectsApi(control_plane.core().api_client)
+        published = wait_for(lambda: _get_or_none(lambda: custom.get_cluster_custom_object(
+            "image-preflight.io", "v1alpha1", "nodeimages", AGENT_NODE)), "the NodeImages object", timeout_s=30)
+        assert any(BUILT in image.get("repoTags", []) for image in published["spec"]["images"])
+        # The complete list makes the absent image missing, and the built one present.
+        denied = wait_for(lambda: _dry_run(control_plane, enforced, _agent_job("after", ABSENT)),
+                          "the webhook reads the published list", timeout_s=30)
+        assert denied.status == 422 and ABSENT.removeprefix("docker.io/") in _status(denied)["message"]
+        assert _dry_run(control_plane, enforced, _agent_job("built", BUILT)) is None
+    finally:
+        agent.terminate()
+        agent.wait(15)
+    assert agent.returncode == 0, (tmp_path / "agent.log").read_text()
+    used = _used(control_plane, kubeconfig)
+    assert used and used <= _granted(control_plane, "image-preflight-agent")
+
+
+def _get_or_none(call):
+    try:
+        return call()
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def test_dump_and_scan_read_the_live_cluster(control_plane, webhook, tmp_path):
+    from image_preflight.cli import main
+
+    dump = tmp_path / "cluster.json"
+    assert main(["inventory", "dump", "--kubeconfig", str(control_plane.kubeconfig), "--out", str(dump)]) == 0
+    names = {n["metadata"]["name"] for n in json.loads(dump.read_text())["items"]}
+    assert set(NODES) <= names
+    rows = tmp_path / "train.jsonl"
+    rows.write_text("".join(json.dumps({"instance_id": i, "image_name": image.removesuffix(":openai"),
+                                        "problem_statement": "fix it"}) + "\n"
+                            for i, image in enumerate([HELD, MISSING, HELD_ON_ONE])))
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["scan", str(rows), "--image", "{{ input.image_name }}:openai", "--inventory", str(dump),
+                 "--out-dir", str(out)]) == 0
+    kept = [json.loads(line)["instance_id"] for line in (out / "train.jsonl").read_text().splitlines()]
+    assert kept == [0]

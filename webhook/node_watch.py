@@ -26,6 +26,10 @@ _LIST_PAGE = 5  # nodes per list page: each can carry thousands of image names
 # A watch stream is ended by the server after timeoutSeconds; silence well past that means a
 # dead connection.
 _WATCH_READ_GRACE = 30.0
+# client-go's reflector backs off to 30 s to spare a large apiserver from thousands of clients;
+# two webhook replicas cost nothing, and each second of backoff after an apiserver restart is a
+# second of decisions on a stale view (tests/test_cluster_faults.py measures it).
+BACKOFF_MAX_S = 5.0
 
 
 class NodeSink(Protocol):
@@ -98,7 +102,7 @@ class ResourceWatcher:
         label_selector: str | None = None,
         watch_timeout_seconds: int = 300,
         backoff_initial: float = 0.5,
-        backoff_max: float = 30.0,
+        backoff_max: float = BACKOFF_MAX_S,
         on_restart: Callable[[str], None] | None = None,
         absent_retry: float | None = None,
     ):
@@ -278,7 +282,7 @@ class NodeWatcher(ResourceWatcher):
         label_selector: str | None = None,
         watch_timeout_seconds: int = 300,
         backoff_initial: float = 0.5,
-        backoff_max: float = 30.0,
+        backoff_max: float = BACKOFF_MAX_S,
         on_restart: Callable[[str], None] | None = None,
     ):
         super().__init__(

@@ -37,6 +37,7 @@ SERVICE_CIDR = "10.0.0.0/24"
 START_DEADLINE_S = 120.0
 HEARTBEAT_S = 5.0
 NODE_LEASE_NAMESPACE = "kube-node-lease"
+AUDITED_NAMESPACES = ("image-preflight", "image-preflight-agent")
 # A small cluster answers quickly; these keep the controllers' reactions within test time.
 _CONTROLLER_FLAGS = (
     "--node-monitor-period=2s",
@@ -140,6 +141,14 @@ class ControlPlane:
             "egressSelections": [{"name": "cluster", "connection": {
                 "proxyProtocol": "HTTPConnect", "transport": {"uds": {"udsName": str(self.network.socket_path)}}}}],
         }))
+        # What the project's service accounts ask of the apiserver, to prove their roles minimal.
+        audit_policy = folder / "audit-policy.yaml"
+        audit_policy.write_text(yaml.safe_dump({
+            "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+            "rules": [{"level": "Metadata", "userGroups": [f"system:serviceaccounts:{ns}" for ns in AUDITED_NAMESPACES]},
+                      {"level": "None"}],
+        }))
+        self.audit_log = folder / "audit.log"
         self.etcd = Process("etcd", [
             "etcd", "--name=test", f"--data-dir={folder / 'etcd'}", "--log-level=warn",
             f"--listen-client-urls={self.etcd_url}", f"--advertise-client-urls={self.etcd_url}",
@@ -158,6 +167,7 @@ class ControlPlane:
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--authorization-mode=Node,RBAC", "--allow-privileged=true",
             f"--egress-selector-config-file={egress}",
+            f"--audit-policy-file={audit_policy}", f"--audit-log-path={self.audit_log}",
             # The kubernetes Service's endpoint would be 127.0.0.1, which EndpointSlices may not hold.
             "--endpoint-reconciler-type=none",
             "-v=1",
@@ -255,6 +265,24 @@ class ControlPlane:
         token = self.core().create_namespaced_service_account_token(name, namespace, request).status.token
         return write_kubeconfig(path, kubeconfig_document(self.url, self.ca.cert_path, {"token": token}))
 
+    def audited_requests(self, kubeconfig: Path) -> list[dict]:
+        """The resource requests made with the token in `kubeconfig` (one of
+        service_account_kubeconfig's), from the audit log: group, resource, verb, code."""
+        credential = [f"JTI={token_id(kubeconfig)}"]
+        found = []
+        if not self.audit_log.exists():
+            return found
+        for line in self.audit_log.read_text(errors="replace").splitlines():
+            event = json.loads(line)
+            ref = event.get("objectRef")
+            extra = event.get("user", {}).get("extra", {})
+            if extra.get("authentication.kubernetes.io/credential-id") != credential or ref is None:
+                continue
+            found.append({"group": ref.get("apiGroup", ""), "resource": ref.get("resource", ""),
+                          "subresource": ref.get("subresource", ""), "verb": event["verb"],
+                          "code": event.get("responseStatus", {}).get("code", 0)})
+        return found
+
     # --- etcd --------------------------------------------------------------------------------------
 
     def etcd_revision(self) -> int:
@@ -282,6 +310,13 @@ class ControlPlane:
                     renew_lease(coordination, node.metadata.name, node.metadata.uid)
             except Exception:  # the apiserver restarting; the next beat tries again
                 self.heartbeat_errors += 1
+
+
+def token_id(kubeconfig: Path) -> str:
+    """The `jti` claim of the kubeconfig's service-account token: what the audit log names it by."""
+    token = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["jti"]
 
 
 def _micro_time() -> str:
