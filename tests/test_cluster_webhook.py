@@ -48,11 +48,11 @@ def deployed(control_plane, deploy_copy):
 
 @pytest.fixture(scope="module")
 def nodes(control_plane):
-    created = [
-        create_node(control_plane, NODES[0], images=[_names(HELD, "a"), _names(HELD_ON_ONE, "b")]),
-        create_node(control_plane, NODES[1], images=[_names(HELD, "a")]),
+    # The rollout nodes: untainted, like the CPU nodes agent-lightning's template lands on.
+    return [
+        create_node(control_plane, NODES[0], images=[_names(HELD, "a"), _names(HELD_ON_ONE, "b")], taints=[]),
+        create_node(control_plane, NODES[1], images=[_names(HELD, "a")], taints=[]),
     ]
-    return created
 
 
 @pytest.fixture(scope="module")

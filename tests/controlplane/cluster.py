@@ -351,16 +351,24 @@ def node_status(images: list[list[str]], *, ready: bool = True) -> dict:
     }
 
 
+# Nodes of one test must not take the Pods of another: unless a test asks for other taints, its
+# nodes carry this one, which no Pod tolerates.
+PARKED = {"key": "image-preflight.test/parked", "value": "true", "effect": "NoSchedule"}
+
+
 def create_node(plane: ControlPlane, name: str, *, images: list[list[str]] | None = None,
                 labels: dict | None = None, taints: list[dict] | None = None, unschedulable: bool = False,
                 wait_ready: bool = True) -> dict:
     """Create a Node through the API and post its status as its kubelet would; by default wait
-    until the node lifecycle controller has lifted the not-ready taint admission gave it."""
+    until the node lifecycle controller has lifted the not-ready taint admission gave it.
+    `taints` defaults to [PARKED]; pass [] for a node any Pod may land on."""
+    if taints is None:
+        taints = [PARKED]
     core = plane.core()
     body = {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
                                                   **(labels or {})}},
-            "spec": {"taints": taints or [], "unschedulable": unschedulable}}
+            "spec": {"taints": taints, "unschedulable": unschedulable}}
     node = core.create_node(body)
     renew_lease(k8s.CoordinationV1Api(core.api_client), name, node.metadata.uid)
     core.patch_node_status(name, {"status": node_status(images or [])})
