@@ -38,12 +38,8 @@ START_DEADLINE_S = 120.0
 HEARTBEAT_S = 5.0
 NODE_LEASE_NAMESPACE = "kube-node-lease"
 AUDITED_NAMESPACES = ("image-preflight", "image-preflight-agent")
-# A small cluster answers quickly; these keep the controllers' reactions within test time.
-_CONTROLLER_FLAGS = (
-    "--node-monitor-period=2s",
-    "--node-monitor-grace-period=40s",
-    "--concurrent-job-syncs=5",
-)
+# The node lifecycle controller lifts a new node's not-ready taint at its next pass (default 5 s).
+_CONTROLLER_FLAGS = ("--node-monitor-period=2s",)
 
 
 def missing_binaries() -> list[str]:
@@ -267,7 +263,9 @@ class ControlPlane:
 
     def audited_requests(self, kubeconfig: Path) -> list[dict]:
         """The resource requests made with the token in `kubeconfig` (one of
-        service_account_kubeconfig's), from the audit log: group, resource, verb, code."""
+        service_account_kubeconfig's), from the audit log: group, resource, subresource, verb, code,
+        stage and requestURI. A watch is logged twice: ResponseStarted as it opens, ResponseComplete
+        as it ends."""
         credential = [f"JTI={token_id(kubeconfig)}"]
         found = []
         if not self.audit_log.exists():
@@ -280,7 +278,8 @@ class ControlPlane:
                 continue
             found.append({"group": ref.get("apiGroup", ""), "resource": ref.get("resource", ""),
                           "subresource": ref.get("subresource", ""), "verb": event["verb"],
-                          "code": event.get("responseStatus", {}).get("code", 0)})
+                          "code": event.get("responseStatus", {}).get("code", 0),
+                          "stage": event["stage"], "requestURI": event["requestURI"]})
         return found
 
     # --- etcd --------------------------------------------------------------------------------------
