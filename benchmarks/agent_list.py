@@ -53,7 +53,7 @@ def bench(count: int, repeat: int) -> dict:
     base = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # containerd syncs every write
     names = [f"docker.io/swebench/sweb.eval.x86_64.repo__{n:05d}:openai" for n in range(count)]
     with Containerd(base_dir=base) as runtime, FakeApiServer() as server:
-        server.register(group=GROUP, version=VERSION, resource=PLURAL, kind="NodeImages", namespaced=False)
+        server.register(group=GROUP, version=VERSION, resource=PLURAL, kind="NodeImages")
         archive = os.path.join(runtime.dir, "many.tar")
         start = time.perf_counter()
         build_oci_archive_many(archive, names)

@@ -143,7 +143,7 @@ def watch_rss_mb(nodes: dict, certs: Path, work: Path) -> float:
     from tests.fake_apiserver import FakeApiServer, write_kubeconfig
 
     with FakeApiServer() as server:
-        server.register(resource="nodes", kind="Node", namespaced=False)
+        server.register(resource="nodes", kind="Node")
         for item in nodes["items"]:
             server.put_object("nodes", item)
         kubeconfig = write_kubeconfig(server, work / "kubeconfig")

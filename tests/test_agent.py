@@ -1,5 +1,5 @@
 """The node agent: `--print` against a real containerd, publishing through the real kubernetes
-client to the in-process apiserver."""
+client to the real control plane; to the in-process double only for injected error answers."""
 
 from __future__ import annotations
 
@@ -11,18 +11,22 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
 
 from agent.cri import ImageClient, RuntimeImage
 from agent.inventory import CHANGED, CREATE, RENEW, fingerprint, image_dicts, node_images_object
 from agent.publisher import Agent, PublishError, Publisher
 from image_preflight.cli import build_parser, main
 from tests.containerd import Containerd, build_oci_archive_many, import_image, manifest_digest, remove, tag
-from tests.fake_apiserver import FakeApiServer, write_kubeconfig
+from tests.controlplane.cluster import ControlPlane
+from tests.fake_apiserver import FakeApiServer
 from webhook.runtime_inventory import GROUP, PLURAL, VERSION, format_time, parse_time
 from webhook.snapshots import load_snapshot
 
@@ -43,23 +47,44 @@ def wait_until(condition: Callable[[], object], what: str) -> None:
         time.sleep(0.02)
 
 
-def register_nodeimages(server: FakeApiServer) -> None:
-    server.register(group=GROUP, version=VERSION, resource=PLURAL, kind="NodeImages", namespaced=False)
+@dataclass
+class Cluster:
+    """The real apiserver as the agent of one node of this test uses it: `api` acts as the agent's
+    ServiceAccount, whose requests the audit log holds; the rest reads as admin."""
+
+    plane: ControlPlane
+    node: str
+    kubeconfig: Path
+    api: k8s.ApiClient
+
+    def stored(self) -> dict | None:
+        try:
+            return k8s.CustomObjectsApi(self.plane.core().api_client).get_cluster_custom_object(
+                GROUP, VERSION, PLURAL, self.node)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def requests(self) -> list[tuple[str, int]]:
+        """The agent's requests on NodeImages objects, in order: verb and answer code."""
+        return [(r["verb"], r["code"]) for r in self.plane.audited_requests(self.kubeconfig) if r["resource"] == PLURAL]
+
+    def writes(self) -> list[str]:
+        """The verbs of the agent's writes on NodeImages objects, in order, refused ones too."""
+        return [verb for verb, _ in self.requests() if verb in ("create", "update", "patch")]
+
+    def all_tags(self) -> list[str]:
+        return [name for i in self.stored()["spec"]["images"] for name in i["repoTags"]]
 
 
 @pytest.fixture
-def apiserver(fake_apiserver: FakeApiServer) -> FakeApiServer:
-    register_nodeimages(fake_apiserver)
-    return fake_apiserver
-
-
-def stored(server: FakeApiServer, node: str = NODE) -> dict | None:
-    return server.get_object(PLURAL, node, group=GROUP, version=VERSION)
-
-
-def writes(server: FakeApiServer) -> list[str]:
-    """The methods of the write calls made on NodeImages objects, in order."""
-    return [r.method for r in server.requests if f"/{PLURAL}" in r.path and r.method in ("POST", "PUT", "PATCH")]
+def cluster(service_accounts, case, tmp_path) -> Iterator[Cluster]:
+    kubeconfig = service_accounts.service_account_kubeconfig("image-preflight-agent", "image-preflight-agent",
+                                                             tmp_path / "agent.kubeconfig")
+    api_client = service_accounts.api_client(kubeconfig)
+    yield Cluster(service_accounts, case.name(NODE), kubeconfig, api_client)
+    api_client.close()
 
 
 def names_by_id(images: list[dict]) -> dict[str, tuple[list[str], list[str]]]:
@@ -72,10 +97,6 @@ def import_images(runtime: Containerd, directory: Path, names: list[str]) -> dic
     ids = build_oci_archive_many(archive, names)
     import_image(runtime.socket, archive)
     return dict(zip(names, ids))
-
-
-def all_tags(server: FakeApiServer) -> list[str]:
-    return [name for i in stored(server)["spec"]["images"] for name in i["repoTags"]]
 
 
 def wait_listed(runtime: Containerd, count: int) -> None:
@@ -116,13 +137,13 @@ class Clock:
 
 
 @pytest.fixture
-def running(fake_api_client) -> Iterator[Callable[..., Agent]]:
-    """Starts Agents in threads; stops and closes them at the end."""
+def running(cluster) -> Iterator[Callable[..., Agent]]:
+    """Starts Agents of the cluster's node in threads; stops and closes them at the end."""
     started: list[tuple[Agent, threading.Event, threading.Thread]] = []
 
     def start(endpoint: str, *, lease: int = 60, **options) -> Agent:
         options = {"interval": 0.05, "exit_after_failures": 0, **options}
-        agent = Agent(ImageClient(endpoint, timeout=2.0), Publisher(fake_api_client, NODE, lease_seconds=lease),
+        agent = Agent(ImageClient(endpoint, timeout=2.0), Publisher(cluster.api, cluster.node, lease_seconds=lease),
                       **options)
         stop = threading.Event()
         thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
@@ -200,179 +221,194 @@ def test_bad_flags_are_named(argv, message, capsys, monkeypatch):
 # -- the publishing agent against a real containerd -----------------------------------------
 
 
-def test_published_list_follows_tags_added_and_removed(containerd, tmp_path, capsys, apiserver, running):
+def test_published_list_follows_tags_added_and_removed(containerd, tmp_path, capsys, cluster, running):
     ids = import_images(containerd, tmp_path, [ALPHA, SWE])
     wait_listed(containerd, 2)
     agent = running(containerd.endpoint)
-    wait_until(lambda: stored(apiserver), "the object is created")
-    assert sorted(all_tags(apiserver)) == sorted([ALPHA, SWE])
+    wait_until(cluster.stored, "the object is created")
+    assert sorted(cluster.all_tags()) == sorted([ALPHA, SWE])
 
     extra = "docker.io/library/alpha:v2"
     tag(containerd.socket, ALPHA, extra)
-    wait_until(lambda: extra in all_tags(apiserver), "the added tag is published")
+    wait_until(lambda: extra in cluster.all_tags(), "the added tag is published")
     remove(containerd.socket, SWE)
-    wait_until(lambda: SWE not in all_tags(apiserver), "the removed tag is gone")
+    wait_until(lambda: SWE not in cluster.all_tags(), "the removed tag is gone")
 
-    published = stored(apiserver)["spec"]["images"]
+    published = cluster.stored()["spec"]["images"]
     # What --print lists now is what the running agent published: the runtime's view.
     assert published == printed(capsys, containerd.endpoint)["spec"]["images"]
     # CRI keeps an image by id after its last name is removed (see test_cri).
     assert names_by_id(published) == {ids[ALPHA]: (sorted([ALPHA, extra]), []), ids[SWE]: ([], [])}
-    assert writes(apiserver) == ["POST", "PUT", "PUT"]
+    assert cluster.writes() == ["create", "update", "update"]
     assert agent.cri_failures == 0
 
 
 def test_agent_recovers_after_containerd_restarts_and_leaves_the_object_alone_meanwhile(
-    containerd, tmp_path, apiserver, running
+    containerd, tmp_path, cluster, running
 ):
     ids = import_images(containerd, tmp_path, [ALPHA])
     wait_listed(containerd, 1)
     clock = Clock()
     agent = running(containerd.endpoint, lease=30, clock=clock)
-    wait_until(lambda: stored(apiserver), "the object is created")
-    version = stored(apiserver)["metadata"]["resourceVersion"]
+    wait_until(cluster.stored, "the object is created")
+    version = cluster.stored()["metadata"]["resourceVersion"]
 
     containerd.stop()
     wait_until(lambda: agent.cri_failures >= 1, "the agent notices the runtime is gone")
     clock.now = T0 + 29  # the lease is due for renewal, but there is no list to renew with
     failures = agent.cri_failures
     wait_until(lambda: agent.cri_failures >= failures + 2, "two more cycles fail")
-    assert stored(apiserver)["metadata"]["resourceVersion"] == version
+    assert cluster.stored()["metadata"]["resourceVersion"] == version
 
     containerd.start()
-    wait_until(lambda: stored(apiserver)["metadata"]["resourceVersion"] != version, "the lease is renewed")
+    wait_until(lambda: cluster.stored()["metadata"]["resourceVersion"] != version, "the lease is renewed")
     assert agent.cri_failures == 0
-    assert stored(apiserver)["spec"]["observedAt"] == format_time(T0 + 29)
+    assert cluster.stored()["spec"]["observedAt"] == format_time(T0 + 29)
     tag(containerd.socket, ALPHA, "docker.io/library/alpha:after-restart")
-    wait_until(lambda: "docker.io/library/alpha:after-restart" in all_tags(apiserver),
+    wait_until(lambda: "docker.io/library/alpha:after-restart" in cluster.all_tags(),
                "changes after the restart are published")
-    assert list(names_by_id(stored(apiserver)["spec"]["images"])) == [ids[ALPHA]]
+    assert list(names_by_id(cluster.stored()["spec"]["images"])) == [ids[ALPHA]]
 
 
-def test_agent_gives_up_when_the_runtime_stays_away(tmp_path, apiserver, fake_api_client):
+def test_agent_gives_up_when_the_runtime_stays_away(tmp_path, cluster):
     agent = Agent(ImageClient(str(tmp_path / "absent.sock"), timeout=1.0),
-                  Publisher(fake_api_client, NODE, lease_seconds=30), interval=0.01, exit_after_failures=3)
+                  Publisher(cluster.api, cluster.node, lease_seconds=30), interval=0.01, exit_after_failures=3)
     with agent.images:
         assert agent.run(threading.Event()) is False
     assert agent.cri_failures == 3
-    assert stored(apiserver) is None
+    assert cluster.stored() is None and cluster.requests() == []
 
 
-def test_publish_command_exits_1_when_the_runtime_stays_away(tmp_path, apiserver, capsys):
-    kubeconfig = write_kubeconfig(apiserver, tmp_path / "kubeconfig")
-    code = main(["agent", "--publish", "--node", NODE, "--cri-endpoint", str(tmp_path / "absent.sock"),
-                 "--kubeconfig", str(kubeconfig), "--interval", "0.01", "--exit-after-failures", "2"])
+def test_publish_command_exits_1_when_the_runtime_stays_away(tmp_path, cluster, capsys):
+    code = main(["agent", "--publish", "--node", cluster.node, "--cri-endpoint", str(tmp_path / "absent.sock"),
+                 "--kubeconfig", str(cluster.kubeconfig), "--interval", "0.01", "--exit-after-failures", "2"])
     assert code == 1
-    assert stored(apiserver) is None
+    assert cluster.stored() is None
 
 
-def test_sigterm_stops_the_publishing_agent_cleanly(containerd, tmp_path, apiserver):
+def test_sigterm_stops_the_publishing_agent_cleanly(containerd, tmp_path, cluster):
     import_images(containerd, tmp_path, [ALPHA])
     wait_listed(containerd, 1)
-    kubeconfig = write_kubeconfig(apiserver, tmp_path / "kubeconfig")
     agent = subprocess.Popen(
         [sys.executable, "-m", "image_preflight", "agent", "--publish", "--cri-endpoint", containerd.endpoint,
-         "--kubeconfig", str(kubeconfig), "--interval", "0.2"],
-        cwd=ROOT, env={**os.environ, "NODE_NAME": NODE}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+         "--kubeconfig", str(cluster.kubeconfig), "--interval", "0.2"],
+        cwd=ROOT, env={**os.environ, "NODE_NAME": cluster.node}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
     )
     try:
-        wait_until(lambda: stored(apiserver) or agent.poll() is not None, "the agent publishes")
+        wait_until(lambda: cluster.stored() or agent.poll() is not None, "the agent publishes")
         agent.send_signal(signal.SIGTERM)
         out, err = agent.communicate(timeout=DEADLINE_S)
     finally:
         agent.kill()
     assert agent.returncode == 0, err
     assert "stopped" in err and out == ""
-    assert all_tags(apiserver) == [ALPHA]
+    assert cluster.all_tags() == [ALPHA]
 
 
 # -- publishing through the real kubernetes client ------------------------------------------
 
 
 @pytest.fixture
-def publisher(apiserver, fake_api_client) -> Publisher:
-    return Publisher(fake_api_client, NODE, lease_seconds=30)
+def publisher(cluster) -> Publisher:
+    return Publisher(cluster.api, cluster.node, lease_seconds=30)
 
 
-def test_first_publish_creates_the_object_named_after_the_node(apiserver, publisher):
+def test_first_publish_creates_the_object_named_after_the_node(cluster, publisher):
     assert publisher.publish(SAMPLE, now=T0) == CREATE
-    obj = stored(apiserver)
-    assert obj["metadata"]["name"] == NODE
-    assert obj["spec"] == {"nodeName": NODE, "observedAt": format_time(T0), "leaseDurationSeconds": 30,
+    obj = cluster.stored()
+    assert obj["metadata"]["name"] == cluster.node
+    assert obj["spec"] == {"nodeName": cluster.node, "observedAt": format_time(T0), "leaseDurationSeconds": 30,
                            "images": SAMPLE, "imageCount": 2}
-    assert writes(apiserver) == ["POST"]
+    assert cluster.requests() == [("get", 404), ("create", 201)]
 
 
-def test_unchanged_images_are_not_rewritten_until_the_lease_is_due(apiserver, publisher):
+def test_unchanged_images_are_not_rewritten_until_the_lease_is_due(cluster, publisher):
     publisher.publish(SAMPLE, now=T0)
-    version = stored(apiserver)["metadata"]["resourceVersion"]
+    version = cluster.stored()["metadata"]["resourceVersion"]
     reordered = [dict(i, repoTags=list(reversed(i["repoTags"]))) for i in reversed(SAMPLE)]
     for now in (T0 + 1, T0 + 10, T0 + 19.9):
         assert publisher.publish(reordered, now=now) is None
-    assert stored(apiserver)["metadata"]["resourceVersion"] == version
-    assert writes(apiserver) == ["POST"]
+    assert cluster.stored()["metadata"]["resourceVersion"] == version
+    assert cluster.writes() == ["create"]
 
     # Less than a third of the 30 s lease left: renewed, with the new observation time.
     assert publisher.publish(SAMPLE, now=T0 + 20) == RENEW
-    obj = stored(apiserver)
+    obj = cluster.stored()
     assert obj["metadata"]["resourceVersion"] != version
     assert obj["spec"]["observedAt"] == format_time(T0 + 20)
-    assert writes(apiserver) == ["POST", "PUT"]
+    assert cluster.writes() == ["create", "update"]
 
 
-def test_an_added_tag_rewrites_the_object(apiserver, publisher):
+def test_an_added_tag_rewrites_the_object(cluster, publisher):
     publisher.publish(SAMPLE, now=T0)
     changed = [dict(SAMPLE[0], repoTags=[ALPHA, "docker.io/library/alpha:v2"]), SAMPLE[1]]
     assert publisher.publish(changed, now=T0 + 1) == CHANGED
-    assert stored(apiserver)["spec"]["images"] == changed
-    assert stored(apiserver)["spec"]["observedAt"] == format_time(T0 + 1)
+    assert cluster.stored()["spec"]["images"] == changed
+    assert cluster.stored()["spec"]["observedAt"] == format_time(T0 + 1)
 
 
-def test_a_conflicting_write_is_read_again_and_retried(apiserver, publisher):
+def test_a_conflicting_write_is_read_again_and_retried(cluster, publisher):
     publisher.publish(SAMPLE, now=T0)
     # Someone else writes the object, so the publisher's resourceVersion is stale.
-    other = stored(apiserver)
+    other = cluster.stored()
     other["spec"]["images"] = SAMPLE[:1]
-    apiserver.put_object(PLURAL, other, group=GROUP, version=VERSION)
+    k8s.CustomObjectsApi(cluster.plane.core().api_client).replace_cluster_custom_object(
+        GROUP, VERSION, PLURAL, cluster.node, other)
 
     assert publisher.publish(SAMPLE[1:], now=T0 + 1) == CHANGED
-    assert stored(apiserver)["spec"]["images"] == SAMPLE[1:]
-    methods = [r.method for r in apiserver.requests if f"/{PLURAL}" in r.path]
-    assert methods == ["GET", "POST", "PUT", "GET", "PUT"]  # the first PUT answered 409
+    assert cluster.stored()["spec"]["images"] == SAMPLE[1:]
+    assert cluster.requests() == [("get", 404), ("create", 201), ("update", 409), ("get", 200), ("update", 200)]
 
 
-def test_an_injected_conflict_is_retried(apiserver, publisher):
+def test_a_deleted_object_is_created_again(cluster, publisher):
     publisher.publish(SAMPLE, now=T0)
-    apiserver.fail_next(1, status=409)
-    assert publisher.publish(SAMPLE[:1], now=T0 + 1) == CHANGED
-    assert stored(apiserver)["spec"]["images"] == SAMPLE[:1]
-
-
-def test_a_deleted_object_is_created_again(apiserver, publisher):
-    publisher.publish(SAMPLE, now=T0)
-    apiserver.delete_object(PLURAL, NODE, group=GROUP, version=VERSION)
+    k8s.CustomObjectsApi(cluster.plane.core().api_client).delete_cluster_custom_object(
+        GROUP, VERSION, PLURAL, cluster.node)
     assert publisher.publish(SAMPLE[:1], now=T0 + 1) == CREATE
-    assert stored(apiserver)["spec"]["images"] == SAMPLE[:1]
-    assert writes(apiserver) == ["POST", "PUT", "POST"]
+    assert cluster.stored()["spec"]["images"] == SAMPLE[:1]
+    assert cluster.writes() == ["create", "update", "create"]
 
 
-def test_an_object_from_a_previous_run_is_taken_over_without_a_write(apiserver, fake_api_client):
-    Publisher(fake_api_client, NODE, lease_seconds=30).publish(SAMPLE, now=T0)
-    restarted = Publisher(fake_api_client, NODE, lease_seconds=30)
+def test_an_object_from_a_previous_run_is_taken_over_without_a_write(cluster):
+    Publisher(cluster.api, cluster.node, lease_seconds=30).publish(SAMPLE, now=T0)
+    restarted = Publisher(cluster.api, cluster.node, lease_seconds=30)
     assert restarted.publish(SAMPLE, now=T0 + 5) is None
-    assert writes(apiserver) == ["POST"]
+    assert cluster.writes() == ["create"]
     # A different lease is written at once: readers must use the one the agent keeps.
-    assert Publisher(fake_api_client, NODE, lease_seconds=60).publish(SAMPLE, now=T0 + 6) == RENEW
+    assert Publisher(cluster.api, cluster.node, lease_seconds=60).publish(SAMPLE, now=T0 + 6) == RENEW
 
 
-def test_server_errors_raise_one_line_and_the_next_cycle_recovers(apiserver, publisher):
-    publisher.publish(SAMPLE, now=T0)
-    apiserver.fail_next(1, status=500, message="etcd is having a bad day")
+# -- injected error answers, on the in-process double ----------------------------------------
+
+
+@pytest.fixture
+def double(fake_apiserver: FakeApiServer) -> FakeApiServer:
+    fake_apiserver.register(group=GROUP, version=VERSION, resource=PLURAL, kind="NodeImages")
+    return fake_apiserver
+
+
+@pytest.fixture
+def double_publisher(double, fake_api_client) -> Publisher:
+    return Publisher(fake_api_client, NODE, lease_seconds=30)
+
+
+def test_an_injected_conflict_is_retried(double, double_publisher):
+    double_publisher.publish(SAMPLE, now=T0)
+    double.fail_next(1, status=409)
+    assert double_publisher.publish(SAMPLE[:1], now=T0 + 1) == CHANGED
+    assert double.get_object(PLURAL, NODE, group=GROUP, version=VERSION)["spec"]["images"] == SAMPLE[:1]
+    assert [r.method for r in double.requests] == ["GET", "POST", "PUT", "GET", "PUT"]  # the first PUT answered 409
+
+
+def test_server_errors_raise_one_line_and_the_next_cycle_recovers(double, double_publisher):
+    double_publisher.publish(SAMPLE, now=T0)
+    double.fail_next(1, status=500, message="etcd is having a bad day")
     with pytest.raises(PublishError) as raised:
-        publisher.publish(SAMPLE[:1], now=T0 + 1)
+        double_publisher.publish(SAMPLE[:1], now=T0 + 1)
     assert str(raised.value) == f"{PLURAL}/{NODE}: cannot write: HTTP 500 Internal Server Error: etcd is having a bad day"
-    assert publisher.publish(SAMPLE[:1], now=T0 + 2) == CHANGED
-    assert stored(apiserver)["spec"]["images"] == SAMPLE[:1]
+    assert double_publisher.publish(SAMPLE[:1], now=T0 + 2) == CHANGED
+    assert double.get_object(PLURAL, NODE, group=GROUP, version=VERSION)["spec"]["images"] == SAMPLE[:1]
 
 
 def test_fingerprint_ignores_order_and_sees_every_field():

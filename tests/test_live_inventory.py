@@ -1,4 +1,6 @@
-"""LiveInventory fed by NodeWatcher through the real kubernetes client, and `serve --kubeconfig`."""
+"""LiveInventory fed by NodeWatcher through the real kubernetes client: on the real control plane,
+and on the in-process double where a list is held failing, a watch dropped or its history compacted
+at a chosen moment; and `serve --kubeconfig` while its lists fail."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Callable, Iterator
 
 import pytest
 
+from tests.controlplane.cluster import PARKED, set_node_images
 from tests.fake_apiserver import write_kubeconfig
 from tests.test_admission import ABSENT, HELD, NOW, pod_spec, review, workload
 from tests.test_webhook_server import EXAMPLE_NODES, missing_job_review, start_webhook, wait_until  # noqa: F401
@@ -16,11 +19,20 @@ from webhook.inventory import NodeImages
 from webhook.live_inventory import LiveInventory
 from webhook.node_watch import NodeWatcher
 
+# The reviewed workloads may land on this test's nodes, which carry the PARKED taint.
+TOLERATIONS = [{"key": PARKED["key"], "operator": "Exists"}]
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+
+
+def image_names(*images: str, filler: int = 0) -> list[list[str]]:
+    """A Node's status.images as the kubelet reports it: fully qualified names, one entry per image."""
+    return [[f"docker.io/library/{image}"] for image in images] + [
+        [f"docker.io/library/filler-{i}:v1"] for i in range(filler)]
+
 
 def api_node(name: str, *images: str, pool: str = "cpu", taints: list | None = None, filler: int = 0) -> dict:
     """A Node as the kubelet reports it: one entry per image, largest first, fully qualified names."""
-    entries = [{"names": [f"docker.io/library/{image}"], "sizeBytes": 3_000_000_000} for image in images]
-    entries += [{"names": [f"docker.io/library/filler-{i}:v1"], "sizeBytes": 1_000_000 - i} for i in range(filler)]
+    entries = [{"names": names, "sizeBytes": 3_000_000_000 - i} for i, names in enumerate(image_names(*images, filler=filler))]
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -37,7 +49,7 @@ class Watched:
     restarts: list[str]
 
     def reply(self, spec: dict | None = None, **settings) -> dict:
-        rv = review(workload("Job", spec or pod_spec(ABSENT)))
+        rv = review(workload("Job", spec or pod_spec(ABSENT, tolerations=TOLERATIONS)))
         outcome = admit(parse_review(json.dumps(rv).encode()), self.inventory.current, Settings(**settings), now=NOW)
         return outcome.review["response"]
 
@@ -50,22 +62,141 @@ class Watched:
     def allows(self) -> bool:
         return self.reply()["allowed"]
 
+    def nodes(self) -> list[str]:
+        return sorted(n.node for n in self.inventory.current.nodes)
+
+
+class Watchers:
+    def __init__(self) -> None:
+        self.started: list[NodeWatcher] = []
+
+    def start(self, api_client, label_selector: str | None = None, **options) -> Watched:
+        inventory, restarts = LiveInventory(**options), []
+        watcher = NodeWatcher(api_client, inventory, label_selector=label_selector, backoff_initial=0.01,
+                              backoff_max=0.1, watch_timeout_seconds=60, on_restart=restarts.append)
+        watcher.start()
+        self.started.append(watcher)
+        return Watched(inventory, watcher, restarts)
+
+    def stop(self) -> None:
+        for watcher in self.started:
+            watcher.stop()
+
+
+# --- on the real control plane -------------------------------------------------------------------
+
+
+@pytest.fixture
+def watch_cluster(control_plane, case) -> Iterator[Callable[..., Watched]]:
+    """Start a LiveInventory following this test's nodes."""
+    api_client = control_plane.api_client()
+    watchers = Watchers()
+    yield lambda **options: watchers.start(api_client, case.selector, **options)
+    watchers.stop()
+    api_client.close()
+
+
+def cpu_node(case, base: str, *images: str, filler: int = 0, **options) -> str:
+    """A node of this test in pool cpu, not waiting for it to become ready; returns its name."""
+    return case.node(base, images=image_names(*images, filler=filler), labels={"pool": "cpu"}, wait_ready=False,
+                     **options)["metadata"]["name"]
+
+
+def test_nodes_added_changed_and_removed_change_the_decision(control_plane, case, watch_cluster):
+    cpu1 = cpu_node(case, "cpu-1", ABSENT)
+    case.wait_ready()
+    watched = watch_cluster()
+    wait_until(watched.inventory.synced.is_set, "the first list completes")
+    assert watched.nodes() == [cpu1] and watched.allows()
+
+    cpu2 = cpu_node(case, "cpu-2", HELD)
+    wait_until(watched.denies_naming(cpu2), "a new node lacking the image denies")
+    assert cpu1 not in watched.reply()["status"]["message"]
+
+    set_node_images(control_plane, cpu2, image_names(HELD, ABSENT))
+    wait_until(watched.allows, "the node reporting the image allows again")
+
+    cpu3 = cpu_node(case, "cpu-3")
+    wait_until(watched.denies_naming(cpu3), "another node lacking the image denies")
+    control_plane.core().delete_node(cpu3)
+    wait_until(watched.allows, "the deleted node no longer counts")
+    assert watched.nodes() == [cpu1, cpu2]
+
+
+def test_taints_from_the_watch_decide_eligibility(control_plane, case, watch_cluster):
+    cpu_node(case, "cpu-1", ABSENT)
+    gpu1 = cpu_node(case, "gpu-1", taints=[PARKED, GPU_TAINT])
+    case.wait_ready()
+    watched = watch_cluster()
+    wait_until(watched.inventory.synced.is_set, "the first list completes")
+    assert len(watched.nodes()) == 2 and watched.allows()
+
+    # The GPU taint removed: rollouts may land there now.
+    control_plane.core().patch_node(gpu1, {"spec": {"taints": [PARKED]}})
+    wait_until(watched.denies_naming(gpu1), "the untainted node lacking the image denies")
+
+
+def test_a_node_reporting_as_many_images_as_the_cap_is_unknown(control_plane, case, watch_cluster):
+    cpu1 = cpu_node(case, "cpu-1", HELD, filler=49)  # 50 entries: the list may be cut
+    case.wait_ready()
+    watched = watch_cluster()
+    wait_until(watched.inventory.synced.is_set, "the first list completes")
+    assert not watched.inventory.current.get(cpu1).complete
+
+    reply = watched.reply()
+    assert reply["allowed"] is True
+    assert any(ABSENT in w and cpu1 in w and "not confirmed" in w for w in reply["warnings"])
+    assert watched.reply(unknown="deny")["allowed"] is False
+
+    set_node_images(control_plane, cpu1, image_names(HELD, filler=48))  # 49: complete
+    wait_until(watched.denies_naming(cpu1), "a list under the cap proves the image absent")
+
+
+def test_without_a_cap_a_long_list_is_complete(case, watch_cluster):
+    cpu1 = cpu_node(case, "cpu-1", HELD, filler=120)
+    case.wait_ready()
+    watched = watch_cluster(max_images=None)
+    wait_until(watched.inventory.synced.is_set, "the first list completes")
+    assert watched.inventory.current.get(cpu1).complete
+    assert watched.denies_naming(cpu1)()
+
+
+def test_a_runtime_list_replaces_node_status_but_not_a_deleted_node(control_plane, case, watch_cluster):
+    cpu_node(case, "cpu-1", ABSENT)
+    cpu2 = cpu_node(case, "cpu-2", HELD, filler=49)
+    case.wait_ready()
+    watched = watch_cluster()
+    wait_until(watched.inventory.synced.is_set, "the first list completes")
+    assert "warnings" in watched.reply()  # cpu-2's list is partial
+
+    runtime = NodeImages.from_names(cpu2, [HELD, ABSENT], complete=True, observed_at=NOW, source="cri")
+    watched.inventory.replace_runtime([runtime])
+    current = watched.inventory.current.get(cpu2)
+    assert current.source == "cri" and current.traits is not None and current.traits.labels["pool"] == "cpu"
+    reply = watched.reply()
+    assert reply == {"uid": reply["uid"], "allowed": True}
+
+    control_plane.core().delete_node(cpu2)
+    wait_until(lambda: cpu2 not in watched.nodes(),
+               "the deleted node leaves the inventory although its runtime list remains")
+
+
+def test_a_review_of_a_workload_without_images_to_check_is_allowed(watch_cluster):
+    watched = watch_cluster()
+    wait_until(watched.inventory.synced.is_set, "the first list completes")
+    reply = watched.reply(pod_spec(HELD, policy="Always"))
+    assert reply["allowed"] is True
+    assert reply["warnings"] == [f"image-preflight: {HELD} not checked (imagePullPolicy Always pulls it)"]
+
+
+# --- on the double: a list held failing, a watch dropped, its history compacted ------------------------
+
 
 @pytest.fixture
 def watch_nodes(fake_api_client) -> Iterator[Callable[..., Watched]]:
-    started: list[NodeWatcher] = []
-
-    def start(**options) -> Watched:
-        inventory, restarts = LiveInventory(**options), []
-        watcher = NodeWatcher(fake_api_client, inventory, backoff_initial=0.01, backoff_max=0.1,
-                              watch_timeout_seconds=60, on_restart=restarts.append)
-        watcher.start()
-        started.append(watcher)
-        return Watched(inventory, watcher, restarts)
-
-    yield start
-    for watcher in started:
-        watcher.stop()
+    watchers = Watchers()
+    yield lambda **options: watchers.start(fake_api_client, **options)
+    watchers.stop()
 
 
 def test_nothing_is_decided_against_before_the_first_list(fake_apiserver, watch_nodes):
@@ -81,59 +212,6 @@ def test_nothing_is_decided_against_before_the_first_list(fake_apiserver, watch_
 
     fake_apiserver.fail_next(0)
     wait_until(watched.inventory.synced.is_set, "the first list succeeds")
-    assert watched.denies_naming("cpu-1")()
-
-
-def test_nodes_added_changed_and_removed_change_the_decision(fake_apiserver, watch_nodes):
-    fake_apiserver.put_object("nodes", api_node("cpu-1", ABSENT))
-    watched = watch_nodes()
-    wait_until(watched.inventory.synced.is_set, "the first list completes")
-    assert watched.allows()
-
-    fake_apiserver.put_object("nodes", api_node("cpu-2", HELD))
-    wait_until(watched.denies_naming("cpu-2"), "a new node lacking the image denies")
-    assert "cpu-1" not in watched.reply()["status"]["message"]
-
-    fake_apiserver.put_object("nodes", api_node("cpu-2", HELD, ABSENT))
-    wait_until(watched.allows, "the node reporting the image allows again")
-
-    fake_apiserver.put_object("nodes", api_node("cpu-3"))
-    wait_until(watched.denies_naming("cpu-3"), "another node lacking the image denies")
-    fake_apiserver.delete_object("nodes", "cpu-3")
-    wait_until(watched.allows, "the deleted node no longer counts")
-
-
-def test_taints_from_the_watch_decide_eligibility(fake_apiserver, watch_nodes):
-    gpu_taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
-    fake_apiserver.put_object("nodes", api_node("cpu-1", ABSENT))
-    fake_apiserver.put_object("nodes", api_node("gpu-1", taints=gpu_taint))
-    watched = watch_nodes()
-    wait_until(watched.inventory.synced.is_set, "the first list completes")
-    assert watched.allows()
-
-    fake_apiserver.put_object("nodes", api_node("gpu-1"))  # taint removed: rollouts may land there now
-    wait_until(watched.denies_naming("gpu-1"), "the untainted node lacking the image denies")
-
-
-def test_a_node_reporting_as_many_images_as_the_cap_is_unknown(fake_apiserver, watch_nodes):
-    fake_apiserver.put_object("nodes", api_node("cpu-1", HELD, filler=49))  # 50 entries: the list may be cut
-    watched = watch_nodes()
-    wait_until(watched.inventory.synced.is_set, "the first list completes")
-    assert not watched.inventory.current.get("cpu-1").complete
-
-    reply = watched.reply()
-    assert reply["allowed"] is True
-    assert any(ABSENT in w and "cpu-1" in w and "not confirmed" in w for w in reply["warnings"])
-    assert watched.reply(unknown="deny")["allowed"] is False
-
-    fake_apiserver.put_object("nodes", api_node("cpu-1", HELD, filler=48))  # 49: complete
-    wait_until(watched.denies_naming("cpu-1"), "a list under the cap proves the image absent")
-
-
-def test_without_a_cap_a_long_list_is_complete(fake_apiserver, watch_nodes):
-    fake_apiserver.put_object("nodes", api_node("cpu-1", HELD, filler=120))
-    watched = watch_nodes(max_images=None)
-    wait_until(watched.inventory.synced.is_set, "the first list completes")
     assert watched.denies_naming("cpu-1")()
 
 
@@ -155,27 +233,8 @@ def test_after_410_a_relist_converges_the_decisions(fake_apiserver, watch_nodes)
 
     wait_until(watched.denies_naming("cpu-2"), "the relisted view denies for the changed node")
     assert "expired" in watched.restarts
-    assert sorted(n.node for n in watched.inventory.current.nodes) == ["cpu-2", "cpu-3"]
+    assert watched.nodes() == ["cpu-2", "cpu-3"]
     assert "cpu-3" not in watched.reply()["status"]["message"]
-
-
-def test_a_runtime_list_replaces_node_status_but_not_a_deleted_node(fake_apiserver, watch_nodes):
-    fake_apiserver.put_object("nodes", api_node("cpu-1", ABSENT))
-    fake_apiserver.put_object("nodes", api_node("cpu-2", HELD, filler=49))
-    watched = watch_nodes()
-    wait_until(watched.inventory.synced.is_set, "the first list completes")
-    assert "warnings" in watched.reply()  # cpu-2's list is partial
-
-    runtime = NodeImages.from_names("cpu-2", [HELD, ABSENT], complete=True, observed_at=NOW, source="cri")
-    watched.inventory.replace_runtime([runtime])
-    cpu2 = watched.inventory.current.get("cpu-2")
-    assert cpu2.source == "cri" and cpu2.traits is not None and cpu2.traits.labels["pool"] == "cpu"
-    reply = watched.reply()
-    assert reply == {"uid": reply["uid"], "allowed": True}
-
-    fake_apiserver.delete_object("nodes", "cpu-2")
-    wait_until(lambda: "cpu-2" not in {n.node for n in watched.inventory.current.nodes},
-               "the deleted node leaves the inventory although its runtime list remains")
 
 
 # --- serve --kubeconfig ------------------------------------------------------------------------------
@@ -229,11 +288,3 @@ def test_serve_with_a_kubeconfig_is_unready_while_the_watch_is_silent(
 
     fake_apiserver.fail_next(0)
     wait_until(lambda: webhook.get("/readyz")[0] == 200, "ready again once the watch resumes")
-
-
-def test_a_review_of_a_workload_without_images_to_check_is_allowed(fake_apiserver, watch_nodes):
-    watched = watch_nodes()
-    wait_until(watched.inventory.synced.is_set, "the first list completes")
-    reply = watched.reply(pod_spec(HELD, policy="Always"))
-    assert reply["allowed"] is True
-    assert reply["warnings"] == [f"image-preflight: {HELD} not checked (imagePullPolicy Always pulls it)"]

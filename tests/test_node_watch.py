@@ -1,38 +1,31 @@
-"""NodeWatcher against the in-process apiserver, through the real kubernetes client."""
+"""NodeWatcher through the real kubernetes client: on the real control plane, and on the in-process
+double for what only it produces on demand (injected errors, watches dropped or ended at a chosen
+moment, the history compacted while the watcher is held away)."""
 
 from __future__ import annotations
 
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+from kubernetes import client as k8s
 
+from tests.controlplane.cluster import Case, ControlPlane, request_query, set_node_images, wait_for
 from tests.fake_apiserver import FakeApiServer
 from webhook.node_watch import NodeWatcher
 
 DEADLINE = 10.0
 
 
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
+def wait_until(condition: Callable[[], bool], what: str, deadline: float = DEADLINE) -> None:
+    end = time.monotonic() + deadline
     while not condition():
-        if time.monotonic() > deadline:
+        if time.monotonic() > end:
             raise AssertionError(f"timed out waiting until {what}")
         time.sleep(0.01)
-
-
-def node(name: str, labels: dict[str, str] | None = None, images: int = 3) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels or {}},
-        "status": {
-            "images": [{"names": [f"docker.io/library/img{i}:v1"], "sizeBytes": 1000 + i} for i in range(images)],
-            "nodeInfo": {"containerRuntimeVersion": "containerd://1.6.20"},
-        },
-    }
 
 
 class RecordingSink:
@@ -75,12 +68,195 @@ class Running:
     restarts: list[str]
 
 
-def server_versions(server: FakeApiServer, selected: Callable[[dict], bool] = lambda n: True) -> dict[str, str]:
-    return {n["metadata"]["name"]: n["metadata"]["resourceVersion"] for n in server.list_objects("nodes") if selected(n)}
+class Watchers:
+    def __init__(self) -> None:
+        self.started: list[NodeWatcher] = []
+
+    def start(self, api_client: k8s.ApiClient, **options) -> Running:
+        restarts: list[str] = []
+        sink = RecordingSink()
+        options = {"backoff_initial": 0.01, "backoff_max": 0.1, "watch_timeout_seconds": 60, **options}
+        watcher = NodeWatcher(api_client, sink, on_restart=restarts.append, **options)
+        thread = watcher.start()
+        self.started.append(watcher)
+        return Running(watcher, sink, thread, restarts)
+
+    def stop(self) -> None:
+        for watcher in self.started:
+            watcher.stop()
+
+
+def images(count: int) -> list[list[str]]:
+    return [[f"docker.io/library/img{i}:v1"] for i in range(count)]
+
+
+# --- on the real control plane -------------------------------------------------------------------
+
+
+@dataclass
+class Cluster:
+    """NodeWatchers acting as the webhook's ServiceAccount, each with a fresh token, watching this
+    test's nodes only; the audit log holds their requests."""
+
+    plane: ControlPlane
+    case: Case
+    kubeconfig: Path
+    start: Callable[..., Running]
+
+    def versions(self, selector: str | None = None) -> dict[str, str]:
+        listed = self.plane.core().list_node(label_selector=selector or self.case.selector).items
+        return {n.metadata.name: n.metadata.resource_version for n in listed}
+
+    def converged(self, sink: RecordingSink) -> Callable[[], bool]:
+        return lambda: sink.versions() == self.versions()
+
+    def requests(self, verb: str | None = None) -> list[dict]:
+        """The watchers' requests on nodes: each list once it completed, each watch as it opened."""
+        stage = {"list": "ResponseComplete", "watch": "ResponseStarted"}
+        return [r for r in self.plane.audited_requests(self.kubeconfig)
+                if r["resource"] == "nodes" and r["stage"] == stage.get(r["verb"])
+                and (verb is None or r["verb"] == verb)]
+
+
+@pytest.fixture
+def cluster(service_accounts, case, tmp_path) -> Iterator[Cluster]:
+    kubeconfig = service_accounts.service_account_kubeconfig("image-preflight", "image-preflight",
+                                                             tmp_path / "watcher.kubeconfig")
+    api_client = service_accounts.api_client(kubeconfig)
+    watchers = Watchers()
+    yield Cluster(service_accounts, case, kubeconfig,
+                  lambda **options: watchers.start(api_client, **{"label_selector": case.selector, **options}))
+    watchers.stop()
+    api_client.close()
+
+
+def test_initial_sync_hands_raw_camel_case_dicts(cluster):
+    names = [cluster.case.node(base, images=images(5), wait_ready=False)["metadata"]["name"] for base in "abc"]
+    cluster.plane.core().patch_node_status(names[0], {"status": {"nodeInfo": {
+        "containerRuntimeVersion": "containerd://1.6.20"}}})
+    run = cluster.start()
+    wait_until(run.watcher.synced.is_set, "the first list completes")
+    assert sorted(run.sink.nodes) == names
+    first = run.sink.nodes[names[0]]
+    assert type(first) is dict
+    assert first["status"]["nodeInfo"]["containerRuntimeVersion"] == "containerd://1.6.20"
+    assert len(first["status"]["images"]) == 5 and first["status"]["images"][0]["sizeBytes"] > 0
+    assert run.watcher.last_sync is not None
+    assert run.sink.calls[0] == ("replace", ",".join(names), None)
+
+
+def test_added_modified_deleted_propagate(cluster):
+    core = cluster.plane.core()
+    a = cluster.case.node("a", images=images(3), wait_ready=False)["metadata"]["name"]
+    run = cluster.start()
+    wait_until(run.watcher.synced.is_set, "the first list completes")
+
+    b = cluster.case.node("b", images=images(3), wait_ready=False)["metadata"]["name"]
+    wait_until(cluster.converged(run.sink), "node b is added")
+
+    core.patch_node(a, {"metadata": {"labels": {"pool": "gpu"}}})
+    set_node_images(cluster.plane, a, images(7))
+    wait_until(cluster.converged(run.sink), "node a is modified")
+    assert run.sink.nodes[a]["metadata"]["labels"]["pool"] == "gpu"
+    assert len(run.sink.nodes[a]["status"]["images"]) == 7
+
+    core.delete_node(b)
+    wait_until(cluster.converged(run.sink), "node b is deleted")
+    assert ("delete", b, None) in run.sink.calls
+    assert len(cluster.requests("list")) == 1
+
+
+def test_bookmark_advances_resource_version_for_the_next_watch(cluster):
+    watched = {"image-preflight.test/watched": "yes"}
+    cluster.case.node("a", labels=watched)  # ready: nothing writes it from here on
+    # The apiserver bookmarks 2 s before a watch's timeout, then ends the watch.
+    run = cluster.start(label_selector=f"{cluster.case.selector},image-preflight.test/watched=yes",
+                        watch_timeout_seconds=3)
+    wait_until(run.watcher.synced.is_set, "the first list completes")
+
+    # A node outside the selection moves the nodes' resourceVersion; only a bookmark can tell the watcher.
+    outside = cluster.case.node("outside", wait_ready=False)
+    target = int(outside["metadata"]["resource_version"])
+    wait_until(lambda: int(run.watcher.resource_version) >= target, "a bookmark carries a newer resourceVersion",
+               deadline=30)
+    wait_for(lambda: any(int(request_query(r)["resourceVersion"]) >= target for r in cluster.requests("watch")),
+             "the watch resumes from the bookmark's resourceVersion", timeout_s=30)
+    assert all(int(rv) < target for name, rv in cluster.versions().items() if name != outside["metadata"]["name"])
+    assert "closed" in run.restarts
+    assert len(cluster.requests("list")) == 1
+
+
+def test_a_failing_sink_does_not_kill_the_watcher(cluster):
+    run = cluster.start()
+    wait_until(run.watcher.synced.is_set, "the first list completes")
+    run.sink.fail_upserts = 1
+    cluster.case.node("a", wait_ready=False)
+    wait_until(cluster.converged(run.sink), "the refused event is delivered again")
+    assert run.thread.is_alive()
+    assert "error" in run.restarts
+
+
+def test_label_selector_is_passed_through(cluster):
+    core = cluster.plane.core()
+    gpu1 = cluster.case.node("gpu1", labels={"pool": "gpu"}, wait_ready=False)["metadata"]["name"]
+    cluster.case.node("cpu1", labels={"pool": "cpu"}, wait_ready=False)
+    selector = f"{cluster.case.selector},pool=gpu"
+    run = cluster.start(label_selector=selector)
+    wait_until(run.watcher.synced.is_set, "the first list completes")
+    assert sorted(run.sink.nodes) == [gpu1]
+
+    gpu2 = cluster.case.node("gpu2", labels={"pool": "gpu"}, wait_ready=False)["metadata"]["name"]
+    cluster.case.node("cpu2", labels={"pool": "cpu"}, wait_ready=False)
+    core.patch_node(gpu1, {"metadata": {"labels": {"pool": "cpu"}}})  # leaves the selection
+    wait_until(lambda: run.sink.versions() == cluster.versions(selector), "only gpu nodes remain")
+    assert sorted(run.sink.nodes) == [gpu2]
+    calls = cluster.requests()
+    assert calls and all(request_query(r).get("labelSelector") == selector for r in calls)
+    assert {r["verb"] for r in calls} == {"list", "watch"}
+
+
+def test_stop_ends_the_thread_while_a_watch_is_open(cluster):
+    run = cluster.start()
+    wait_for(lambda: cluster.requests("watch"), "the watch is open", timeout_s=DEADLINE)
+    run.watcher.stop()
+    assert not run.thread.is_alive()
+
+
+def test_the_list_is_read_in_pages_then_watched_from_its_resource_version(cluster):
+    names = [cluster.case.node(f"n{n:02d}", wait_ready=False)["metadata"]["name"] for n in range(12)]
+    cluster.case.wait_ready()  # nothing writes them while they are listed
+    run = cluster.start()
+    wait_until(run.watcher.synced.is_set, "the first list completes")
+    listed_at = run.watcher.resource_version
+    assert sorted(run.sink.nodes) == names
+    pages = [request_query(r) for r in cluster.requests("list")]
+    assert len(pages) == 3
+    assert all(page.get("limit") == "5" for page in pages)
+    assert "continue" not in pages[0] and all("continue" in page for page in pages[1:])
+    first_watch = wait_for(lambda: cluster.requests("watch"), "the watch is open", timeout_s=DEADLINE)[0]
+    assert request_query(first_watch)["resourceVersion"] == listed_at
+    cluster.case.node("n12", wait_ready=False)
+    wait_until(cluster.converged(run.sink), "the watch after the paged list delivers a new node")
+
+
+# --- on the double: injected errors, watches dropped or ended, history compacted ----------------------
+
+
+def node(name: str, labels: dict[str, str] | None = None, images: int = 3) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels or {}},
+        "status": {"images": [{"names": [f"docker.io/library/img{i}:v1"], "sizeBytes": 1000 + i} for i in range(images)]},
+    }
+
+
+def fake_versions(server: FakeApiServer) -> dict[str, str]:
+    return {n["metadata"]["name"]: n["metadata"]["resourceVersion"] for n in server.list_objects("nodes")}
 
 
 def converged(server: FakeApiServer, sink: RecordingSink) -> Callable[[], bool]:
-    return lambda: sink.versions() == server_versions(server)
+    return lambda: sink.versions() == fake_versions(server)
 
 
 def list_calls(server: FakeApiServer) -> list:
@@ -89,73 +265,9 @@ def list_calls(server: FakeApiServer) -> list:
 
 @pytest.fixture
 def start_watcher(fake_api_client) -> Iterator[Callable[..., Running]]:
-    started: list[NodeWatcher] = []
-
-    def start(**options) -> Running:
-        restarts: list[str] = []
-        sink = RecordingSink()
-        options = {"backoff_initial": 0.01, "backoff_max": 0.1, "watch_timeout_seconds": 60, **options}
-        watcher = NodeWatcher(fake_api_client, sink, on_restart=restarts.append, **options)
-        thread = watcher.start()
-        started.append(watcher)
-        return Running(watcher, sink, thread, restarts)
-
-    yield start
-    for watcher in started:
-        watcher.stop()
-
-
-def test_initial_sync_hands_raw_camel_case_dicts(fake_apiserver, start_watcher):
-    for name in ("a", "b", "c"):
-        fake_apiserver.put_object("nodes", node(name, images=5))
-    run = start_watcher()
-    wait_until(run.watcher.synced.is_set, "the first list completes")
-    assert sorted(run.sink.nodes) == ["a", "b", "c"]
-    first = run.sink.nodes["a"]
-    assert type(first) is dict
-    assert first["status"]["nodeInfo"]["containerRuntimeVersion"] == "containerd://1.6.20"
-    assert len(first["status"]["images"]) == 5
-    assert run.watcher.last_sync is not None
-    assert run.sink.calls[0] == ("replace", "a,b,c", None)
-
-
-def test_added_modified_deleted_propagate(fake_apiserver, start_watcher):
-    fake_apiserver.put_object("nodes", node("a"))
-    run = start_watcher()
-    wait_until(run.watcher.synced.is_set, "the first list completes")
-
-    fake_apiserver.put_object("nodes", node("b"))
-    wait_until(converged(fake_apiserver, run.sink), "node b is added")
-
-    fake_apiserver.put_object("nodes", node("a", labels={"pool": "gpu"}, images=7))
-    wait_until(converged(fake_apiserver, run.sink), "node a is modified")
-    assert run.sink.nodes["a"]["metadata"]["labels"] == {"pool": "gpu"}
-    assert len(run.sink.nodes["a"]["status"]["images"]) == 7
-
-    fake_apiserver.delete_object("nodes", "b")
-    wait_until(converged(fake_apiserver, run.sink), "node b is deleted")
-    assert ("delete", "b", None) in run.sink.calls
-    assert len(list_calls(fake_apiserver)) == 1
-
-
-def test_bookmark_advances_resource_version_for_the_next_watch(fake_apiserver, start_watcher):
-    fake_apiserver.register(group="", version="v1", resource="configmaps", kind="ConfigMap", namespaced=True)
-    fake_apiserver.put_object("nodes", node("a"))
-    run = start_watcher()
-    wait_until(run.watcher.synced.is_set, "the first list completes")
-
-    # Writes elsewhere move the global resourceVersion; only a bookmark can tell the watcher.
-    for i in range(3):
-        fake_apiserver.put_object("configmaps", {"metadata": {"name": f"cm{i}", "namespace": "default"}})
-    target = str(fake_apiserver.resource_version)
-    assert target not in server_versions(fake_apiserver).values()
-    wait_until(lambda: run.watcher.resource_version == target, "a bookmark carries the newest resourceVersion")
-
-    fake_apiserver.end_watches()
-    wait_until(lambda: any(r.query.get("resourceVersion") == target for r in fake_apiserver.watch_requests("nodes")),
-               "the watch resumes from the bookmark's resourceVersion")
-    assert "closed" in run.restarts
-    assert len(list_calls(fake_apiserver)) == 1
+    watchers = Watchers()
+    yield lambda **options: watchers.start(fake_api_client, **options)
+    watchers.stop()
 
 
 def test_compaction_gives_410_and_a_relist_converges(fake_apiserver, start_watcher):
@@ -229,54 +341,3 @@ def test_server_errors_back_off_then_recover(fake_apiserver, start_watcher):
     # an exact count: the drop and the injected failures race with the watcher's reconnects.)
     assert 4 <= len(fake_apiserver.watch_requests("nodes")) - before <= 8
     assert run.restarts.count("error") >= 2 + 3
-
-
-def test_a_failing_sink_does_not_kill_the_watcher(fake_apiserver, start_watcher):
-    run = start_watcher()
-    wait_until(run.watcher.synced.is_set, "the first list completes")
-    run.sink.fail_upserts = 1
-    fake_apiserver.put_object("nodes", node("a"))
-    wait_until(converged(fake_apiserver, run.sink), "the refused event is delivered again")
-    assert run.thread.is_alive()
-    assert "error" in run.restarts
-
-
-def test_label_selector_is_passed_through(fake_apiserver, start_watcher):
-    fake_apiserver.put_object("nodes", node("gpu1", labels={"pool": "gpu"}))
-    fake_apiserver.put_object("nodes", node("cpu1", labels={"pool": "cpu"}))
-    run = start_watcher(label_selector="pool=gpu")
-    wait_until(run.watcher.synced.is_set, "the first list completes")
-    assert sorted(run.sink.nodes) == ["gpu1"]
-
-    def gpu(n: dict) -> bool:
-        return n["metadata"]["labels"].get("pool") == "gpu"
-
-    fake_apiserver.put_object("nodes", node("gpu2", labels={"pool": "gpu"}))
-    fake_apiserver.put_object("nodes", node("cpu2", labels={"pool": "cpu"}))
-    fake_apiserver.put_object("nodes", node("gpu1", labels={"pool": "cpu"}))  # leaves the selection
-    wait_until(lambda: run.sink.versions() == server_versions(fake_apiserver, gpu), "only gpu nodes remain")
-    assert sorted(run.sink.nodes) == ["gpu2"]
-    calls = [r for r in fake_apiserver.requests if r.path == "/api/v1/nodes"]
-    assert calls and all(r.query.get("labelSelector") == "pool=gpu" for r in calls)
-    assert any(r.query.get("watch") for r in calls) and any("watch" not in r.query for r in calls)
-
-
-def test_stop_ends_the_thread_while_a_watch_is_open(fake_apiserver, start_watcher):
-    run = start_watcher()
-    wait_until(lambda: len(fake_apiserver.watch_requests("nodes")) == 1, "the watch is open")
-    run.watcher.stop()
-    assert not run.thread.is_alive()
-
-
-def test_the_list_is_read_in_pages_then_watched_from_its_resource_version(fake_apiserver, start_watcher):
-    for n in range(45):
-        fake_apiserver.put_object("nodes", node(f"n{n:02d}"))
-    run = start_watcher()
-    wait_until(run.watcher.synced.is_set, "the first list completes")
-    assert sorted(run.sink.nodes) == [f"n{n:02d}" for n in range(45)]
-    pages = list_calls(fake_apiserver)
-    assert len(pages) == 9
-    assert all(call.query.get("limit") == "5" for call in pages)
-    assert "continue" not in pages[0].query and all("continue" in call.query for call in pages[1:])
-    fake_apiserver.put_object("nodes", node("n45"))
-    wait_until(converged(fake_apiserver, run.sink), "the watch after the paged list delivers a new node")

@@ -20,8 +20,10 @@ import subprocess
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 import pytest
 import yaml
@@ -32,6 +34,8 @@ from kubernetes.client.rest import ApiException
 from tests.controlplane.network import ClusterNetwork
 from tests.controlplane.pki import Authority, service_account_keys
 
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+NODEIMAGES_CRD = "crd/nodeimages.image-preflight.io"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 SERVICE_CIDR = "10.0.0.0/24"
 START_DEADLINE_S = 120.0
@@ -311,6 +315,11 @@ class ControlPlane:
                 self.heartbeat_errors += 1
 
 
+def request_query(request: dict) -> dict[str, str]:
+    """The query parameters of one of audited_requests' entries."""
+    return dict(parse_qsl(urlsplit(request["requestURI"]).query))
+
+
 def token_id(kubeconfig: Path) -> str:
     """The `jti` claim of the kubeconfig's service-account token: what the audit log names it by."""
     token = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]
@@ -350,6 +359,7 @@ def node_status(images: list[list[str]], *, ready: bool = True) -> dict:
     }
 
 
+NOT_READY = "node.kubernetes.io/not-ready"
 # Nodes of one test must not take the Pods of another: unless a test asks for other taints, its
 # nodes carry this one, which no Pod tolerates.
 PARKED = {"key": "image-preflight.test/parked", "value": "true", "effect": "NoSchedule"}
@@ -372,7 +382,7 @@ def create_node(plane: ControlPlane, name: str, *, images: list[list[str]] | Non
     renew_lease(k8s.CoordinationV1Api(core.api_client), name, node.metadata.uid)
     core.patch_node_status(name, {"status": node_status(images or [])})
     if wait_ready:
-        wait_for(lambda: not any(t.key == "node.kubernetes.io/not-ready" for t in core.read_node(name).spec.taints or ()),
+        wait_for(lambda: not any(t.key == NOT_READY for t in core.read_node(name).spec.taints or ()),
                  f"node {name}: the not-ready taint is lifted")
     return core.read_node(name).to_dict()
 
@@ -403,3 +413,73 @@ def control_plane(tmp_path_factory) -> Iterator[ControlPlane]:
         raise
     yield plane
     plane.stop()
+
+
+def apply_service_accounts(plane: ControlPlane) -> None:
+    """deploy/'s ServiceAccounts with their roles: the webhook's image-preflight/image-preflight
+    (deploy/base) and the node agent's image-preflight-agent/image-preflight-agent (deploy/agent,
+    with the NodeImages CRD). Applied as `kubectl apply -k` applies them, so that a later apply of
+    an overlay agrees with them."""
+    base = plane.kubectl("kustomize", str(DEPLOY / "base")).stdout
+    accounts = [d for d in yaml.safe_load_all(base)
+                if d and d["kind"] in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
+    plane.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(accounts))
+    plane.kubectl("apply", "--server-side", "-k", str(DEPLOY / "agent"))
+    plane.kubectl("wait", "--for=condition=Established", NODEIMAGES_CRD)
+
+
+@pytest.fixture(scope="session")
+def service_accounts(control_plane) -> ControlPlane:
+    """The control plane with apply_service_accounts' objects."""
+    apply_service_accounts(control_plane)
+    return control_plane
+
+
+CASE_LABEL = "image-preflight.test/case"
+
+
+class Case:
+    """What one test puts in the shared cluster: named with its suffix, labelled with its label,
+    and deleted when it ends (Nodes by label, NodeImages by name)."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.id = uuid.uuid4().hex[:8]
+        self.labels = {CASE_LABEL: self.id}
+        self.selector = f"{CASE_LABEL}={self.id}"
+
+    def name(self, base: str) -> str:
+        return f"{base}-{self.id}"
+
+    def node(self, base: str, *, labels: dict | None = None, **options) -> dict:
+        """create_node for this case: named name(base), carrying its label."""
+        return create_node(self.plane, self.name(base), labels={**self.labels, **(labels or {})}, **options)
+
+    def wait_ready(self) -> None:
+        """Until the node lifecycle controller has lifted the not-ready taint from every node of
+        this case, so that nothing but the test writes them any more."""
+        core = self.plane.core()
+        wait_for(lambda: not any(t.key == NOT_READY for n in core.list_node(label_selector=self.selector).items
+                                 for t in n.spec.taints or ()), f"the nodes of case {self.id} are ready")
+
+    def clean_up(self) -> None:
+        core = self.plane.core()
+        core.delete_collection_node(label_selector=self.selector)
+        custom = k8s.CustomObjectsApi(core.api_client)
+        try:
+            custom.delete_collection_cluster_custom_object(
+                "image-preflight.io", "v1alpha1", "nodeimages", label_selector=self.selector)
+            for obj in custom.list_cluster_custom_object("image-preflight.io", "v1alpha1", "nodeimages")["items"]:
+                if obj["metadata"]["name"].endswith("-" + self.id):
+                    custom.delete_cluster_custom_object("image-preflight.io", "v1alpha1", "nodeimages",
+                                                        obj["metadata"]["name"])
+        except ApiException as exc:
+            if exc.status != 404:  # 404: the CRD is not installed, so there is nothing to delete
+                raise
+
+
+@pytest.fixture
+def case(control_plane) -> Iterator[Case]:
+    created = Case(control_plane)
+    yield created
+    created.clean_up()
