@@ -68,9 +68,9 @@ def main() -> int:
             rebuilt, _ = timed_build(cold_env)
             subprocess.run(["go", "clean", "-modcache"], env=cold_env, check=False)
         print(f"| cold build (empty module and build caches) | {cold:.0f} s |")
-        print(f"| the same, run again (folder reused) | {rebuilt:.1f} s |")
+        print(f"| the same, run again (folder reused) | {rebuilt:.2f} s |")
     warm, folder = timed_build(env)
-    print(f"| warm build (folder reused) | {warm:.1f} s |")
+    print(f"| warm build (folder reused) | {warm:.2f} s |")
     env["PATH"] = f"{folder}{os.pathsep}{env['PATH']}"
     os.environ["PATH"] = env["PATH"]
     print(f"| control plane start (etcd to a ready apiserver and controllers) | {start_up(folder):.1f} s |")
