@@ -12,8 +12,8 @@ import threading
 import time
 from pathlib import Path
 
-from agent.cri import DEFAULT_ENDPOINT, CRIError, ImageClient
-from agent.inventory import RENEW_WHEN_REMAINING, image_dicts, node_images_object
+from image_preflight.agent.cri import DEFAULT_ENDPOINT, CRIError, ImageClient
+from image_preflight.agent.inventory import RENEW_WHEN_REMAINING, image_dicts, node_images_object
 from image_preflight.errors import UsageError
 
 
@@ -78,8 +78,8 @@ def _print(images: ImageClient, node: str, lease: int) -> int:
 
 
 def _publish(images: ImageClient, node: str, args: argparse.Namespace) -> int:
-    from agent.kube import api_client
-    from agent.publisher import Agent, Publisher
+    from image_preflight.kube.client import api_client
+    from image_preflight.agent.publisher import Agent, Publisher
 
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stderr)
     log = logging.getLogger("agent")

@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from agent import cri_pb2, cri_pb2_grpc
+from image_preflight.agent import cri_pb2, cri_pb2_grpc
 
 DEFAULT_ENDPOINT = "unix:///run/containerd/containerd.sock"
 # kubelet's CRI client limit; the gRPC default of 4 MiB is too small for nodes with

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from agent import cri_pb2 as cri__pb2
+from image_preflight.agent import cri_pb2 as cri__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

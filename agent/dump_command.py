@@ -21,8 +21,8 @@ import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
 from image_preflight.errors import UsageError
-from webhook.node_watch import describe_error
-from webhook.runtime_inventory import API_VERSION, GROUP, PLURAL, RUNTIME_KIND, VERSION, node_images_from_runtime
+from image_preflight.kube.watch import describe_error
+from image_preflight.core.runtime_inventory import API_VERSION, GROUP, PLURAL, RUNTIME_KIND, VERSION, node_images_from_runtime
 
 _PAGE = 100  # objects per list call: NodeImages of busy nodes run to megabytes each
 _TIMEOUT = (10.0, 120.0)
@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agent.kube import api_client
+    from image_preflight.kube.client import api_client
 
     api = api_client(args.kubeconfig)
     try:

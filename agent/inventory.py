@@ -6,8 +6,8 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 
-from agent.cri import RuntimeImage
-from webhook.runtime_inventory import parse_time, runtime_object
+from image_preflight.agent.cri import RuntimeImage
+from image_preflight.core.runtime_inventory import parse_time, runtime_object
 
 # Publish again once less than this share of the lease remains: a missed cycle or a slow
 # apiserver then still leaves time to renew before readers see the list as stale.

@@ -15,10 +15,10 @@ from collections.abc import Callable
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
-from agent.cri import CRIError, ImageClient
-from agent.inventory import image_dicts, node_images_object, publish_reason
-from webhook.node_watch import describe_error
-from webhook.runtime_inventory import GROUP, PLURAL, VERSION
+from image_preflight.agent.cri import CRIError, ImageClient
+from image_preflight.agent.inventory import image_dicts, node_images_object, publish_reason
+from image_preflight.kube.watch import describe_error
+from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
 

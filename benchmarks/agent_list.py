@@ -29,12 +29,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agent.cri import ImageClient  # noqa: E402
-from agent.inventory import fingerprint, image_dicts, node_images_object  # noqa: E402
-from agent.publisher import Publisher  # noqa: E402
+from image_preflight.agent.cri import ImageClient  # noqa: E402
+from image_preflight.agent.inventory import fingerprint, image_dicts, node_images_object  # noqa: E402
+from image_preflight.agent.publisher import Publisher  # noqa: E402
 from tests.containerd import Containerd, build_oci_archive_many, import_image, require_containerd  # noqa: E402
 from tests.fake_apiserver import FakeApiServer, make_api_client  # noqa: E402
-from webhook.runtime_inventory import GROUP, PLURAL, VERSION, node_images_from_runtime  # noqa: E402
+from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION, node_images_from_runtime  # noqa: E402
 
 NODE = "cpu-bench-1"
 LEASE = 300

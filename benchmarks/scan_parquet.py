@@ -112,10 +112,10 @@ def naive_seconds_per_row(path: Path, snapshot: Path, sample: int) -> float:
     import jinja2
     import yaml
 
-    from scanner.render import yaml_escape
-    from webhook.decision import decide
-    from webhook.inventory_files import load_inventory_file
-    from webhook.workloads import pod_spec_of
+    from image_preflight.scanner.render import yaml_escape
+    from image_preflight.core.decision import decide
+    from image_preflight.files.inventory import load_inventory_file
+    from image_preflight.core.workloads import pod_spec_of
 
     inventory = load_inventory_file(snapshot, max_images=-1)
     env = jinja2.Environment()

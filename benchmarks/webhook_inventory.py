@@ -25,9 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from certs.store import CertRequest, ensure_certificates  # noqa: E402
-from webhook.admission import Settings, admit  # noqa: E402
-from webhook.inventory_files import load_inventory_file  # noqa: E402
+from image_preflight.certs.store import CertRequest, ensure_certificates  # noqa: E402
+from image_preflight.core.admission import Settings, admit  # noqa: E402
+from image_preflight.files.inventory import load_inventory_file  # noqa: E402
 
 
 def node_list(nodes: int, images: int) -> dict:

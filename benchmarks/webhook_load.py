@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from certs.store import CertRequest, ensure_certificates  # noqa: E402
+from image_preflight.certs.store import CertRequest, ensure_certificates  # noqa: E402
 
 SERVER_NAME = "image-preflight.image-preflight.svc"
 EXTRA: list[str] = []

@@ -8,9 +8,9 @@ import re
 import sys
 from pathlib import Path
 
-from certs.authority import KEY_KINDS
-from certs.manifests import patch_webhook_file, tls_secret, to_yaml
-from certs.store import CertRequest, certificate_pem, ensure_certificates, private_key_pem
+from image_preflight.certs.authority import KEY_KINDS
+from image_preflight.certs.manifests import patch_webhook_file, tls_secret, to_yaml
+from image_preflight.certs.store import CertRequest, certificate_pem, ensure_certificates, private_key_pem
 from image_preflight.errors import UsageError
 
 _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")

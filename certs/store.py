@@ -13,7 +13,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from certs.authority import (
+from image_preflight.certs.authority import (
     Authority,
     KeyKind,
     PrivateKey,

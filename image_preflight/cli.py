@@ -15,11 +15,11 @@ import sys
 from image_preflight.errors import UsageError
 
 COMMANDS = {
-    "scan": "scanner.command",
-    "serve": "webhook.command",
-    "certs": "certs.command",
-    "agent": "agent.command",
-    "inventory": "agent.dump_command",
+    "scan": "image_preflight.scanner.command",
+    "serve": "image_preflight.webhook.command",
+    "certs": "image_preflight.certs.command",
+    "agent": "image_preflight.agent.command",
+    "inventory": "image_preflight.agent.dump_command",
 }
 
 

@@ -11,13 +11,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from image_preflight.errors import UsageError
-from scanner import datasets, output
-from webhook.inventory_files import load_inventory_file
-from scanner.judge import RowJudge, make_template
-from scanner.render import TemplateError
-from scanner.scan import scan
-from webhook.decision import REQUIRE_ALL, REQUIRE_ANY
-from webhook.inventory import DEFAULT_MAX_IMAGES
+from image_preflight.scanner import datasets, output
+from image_preflight.files.inventory import load_inventory_file
+from image_preflight.scanner.judge import RowJudge, make_template
+from image_preflight.scanner.render import TemplateError
+from image_preflight.scanner.scan import scan
+from image_preflight.core.decision import REQUIRE_ALL, REQUIRE_ANY
+from image_preflight.core.inventory import DEFAULT_MAX_IMAGES
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

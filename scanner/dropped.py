@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scanner.judge import MISSING_IMAGE, RowVerdict
+from image_preflight.scanner.judge import MISSING_IMAGE, RowVerdict
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,12 +7,12 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from scanner.slots import Shape, shape_of, substitute, survives_yaml
-from scanner.render import MISSING, JobTemplate, RowError, image_template, lookup, reach
-from webhook import decision as core
-from webhook.inventory import Inventory
-from webhook.scheduling import SchedulingSpecError
-from webhook.workloads import WorkloadError, pod_spec_of
+from image_preflight.scanner.slots import Shape, shape_of, substitute, survives_yaml
+from image_preflight.scanner.render import MISSING, JobTemplate, RowError, image_template, lookup, reach
+from image_preflight.core import decision as core
+from image_preflight.core.inventory import Inventory
+from image_preflight.core.scheduling import SchedulingSpecError
+from image_preflight.core.workloads import WorkloadError, pod_spec_of
 
 # Why a row is dropped (or kept).
 KEPT = "kept"

@@ -8,9 +8,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from scanner.datasets import write_text_atomic
-from scanner.judge import DROP_REASONS
-from scanner.scan import ScanResult
+from image_preflight.scanner.datasets import write_text_atomic
+from image_preflight.scanner.judge import DROP_REASONS
+from image_preflight.scanner.scan import ScanResult
 
 MAX_IMAGES_SHOWN = 20
 MAX_ROWS_SHOWN = 20

@@ -17,7 +17,7 @@ import jinja2
 import yaml
 from jinja2 import nodes
 
-from scanner.slots import plan_slots
+from image_preflight.scanner.slots import plan_slots
 from jinja2.utils import missing as _NO_PARENT
 
 JOB_NAME = "image-preflight-scan"  # job names never reach an image; one constant keeps renders cacheable

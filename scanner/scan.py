@@ -12,10 +12,10 @@ import numpy as np
 import pyarrow as pa
 
 from image_preflight.errors import UsageError
-from scanner import datasets
-from scanner.dropped import DroppedRows
-from scanner.judge import RowJudge
-from scanner.parquet_inputs import distinct_inputs
+from image_preflight.scanner import datasets
+from image_preflight.scanner.dropped import DroppedRows
+from image_preflight.scanner.judge import RowJudge
+from image_preflight.scanner.parquet_inputs import distinct_inputs
 
 Progress = Callable[[int], None]  # called with the number of rows just judged
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import jinja2
 from jinja2 import nodes
 
-from webhook.workloads import CONTAINER_FIELDS, SCHEDULING_FIELDS
+from image_preflight.core.workloads import CONTAINER_FIELDS, SCHEDULING_FIELDS
 
 _MARKER = "image-preflight-slot-{}-5d1f"
 _SLOT_NAMES = frozenset({"input", "job_name"})

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 import grpc
 import pytest
 
-from agent import cri_pb2, cri_pb2_grpc
+from image_preflight.agent import cri_pb2, cri_pb2_grpc
 
 NAMESPACE = "k8s.io"  # the containerd namespace the CRI plugin serves
 START_DEADLINE_S = 30.0

@@ -1,4 +1,4 @@
-"""webhook.admission: AdmissionReviews shaped as the apiserver sends them, decided without I/O."""
+"""image_preflight.core.admission: AdmissionReviews shaped as the apiserver sends them, decided without I/O."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from webhook import messages
-from webhook.admission import API_VERSION, AUDIT, ENFORCE, WARN, BadReview, Settings, admit, parse_review
-from webhook.inventory import Inventory, NodeImages
-from webhook.scheduling import NodeTraits, Taint
+from image_preflight.core import messages
+from image_preflight.core.admission import API_VERSION, AUDIT, ENFORCE, WARN, BadReview, Settings, admit, parse_review
+from image_preflight.core.inventory import Inventory, NodeImages
+from image_preflight.core.scheduling import NodeTraits, Taint
 
 NOW = 1_796_000_000.0
 WEBHOOK_NAME = "image-preflight.image-preflight.io"
@@ -576,7 +576,7 @@ def test_the_log_record_names_what_was_decided():
 def test_the_readme_example_review_is_denied_against_the_example_nodes():
     from pathlib import Path
 
-    from webhook.inventory_files import load_inventory_file
+    from image_preflight.files.inventory import load_inventory_file
 
     root = Path(__file__).resolve().parents[1] / "examples" / "swe-smith"
     review = parse_review((root / "admission-review.json").read_bytes())

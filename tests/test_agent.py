@@ -20,15 +20,15 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from agent.cri import ImageClient, RuntimeImage
-from agent.inventory import CHANGED, CREATE, RENEW, fingerprint, image_dicts, node_images_object
-from agent.publisher import Agent, PublishError, Publisher
+from image_preflight.agent.cri import ImageClient, RuntimeImage
+from image_preflight.agent.inventory import CHANGED, CREATE, RENEW, fingerprint, image_dicts, node_images_object
+from image_preflight.agent.publisher import Agent, PublishError, Publisher
 from image_preflight.cli import build_parser, main
 from tests.containerd import Containerd, build_oci_archive_many, import_image, manifest_digest, remove, tag
 from tests.controlplane.cluster import ControlPlane
 from tests.fake_apiserver import FakeApiServer
-from webhook.runtime_inventory import GROUP, PLURAL, VERSION, format_time, parse_time
-from webhook.snapshots import load_snapshot
+from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION, format_time, parse_time
+from image_preflight.core.snapshots import load_snapshot
 
 NODE = "cpu-1"
 ROOT = Path(__file__).resolve().parents[1]

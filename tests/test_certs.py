@@ -18,8 +18,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import DNSName, PolicyBuilder, Store, VerificationError
 
-from certs.authority import service_dns_names
-from certs.store import CertRequest, ensure_certificates, write_atomic
+from image_preflight.certs.authority import service_dns_names
+from image_preflight.certs.store import CertRequest, ensure_certificates, write_atomic
 from image_preflight.cli import main
 
 SERVICE, NAMESPACE = "preflight", "ops"

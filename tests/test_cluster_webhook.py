@@ -19,7 +19,7 @@ from kubernetes.client.rest import ApiException
 from tests.controlplane.cluster import create_node, wait_for
 from tests.controlplane.webhook import ServedWebhook
 from tests.test_deploy import SELF_SIGNED, deploy_copy  # noqa: F401 - fixture
-from webhook.scheduling import NodeTraits, PodPlacement, eligible_nodes
+from image_preflight.core.scheduling import NodeTraits, PodPlacement, eligible_nodes
 
 WEBHOOK = "validate.image-preflight.io"
 ENFORCE_LABEL = {"image-preflight.io/enforce": "true"}

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from agent.cri import CRIError, ImageClient, RuntimeImage
+from image_preflight.agent.cri import CRIError, ImageClient, RuntimeImage
 from tests.containerd import Containerd, build_oci_archive, build_oci_archive_many, import_image, manifest_digest, remove, require_containerd, tag
 
 ALPHA = "docker.io/library/alpha:v1"

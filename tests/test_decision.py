@@ -3,7 +3,7 @@ import json
 import pytest
 
 from tests.test_snapshots import PAUSE, PYTHON, cri_image, kube_node, node_list, runtime, status_image
-from webhook.decision import (
+from image_preflight.core.decision import (
     ALLOW,
     DENY,
     INVALID,
@@ -18,10 +18,10 @@ from webhook.decision import (
     decide_images,
     eligible_nodes,
 )
-from webhook.inventory import Inventory, NodeImages
-from webhook.scheduling import REASON_AFFINITY, NodeTraits, PodPlacement, SchedulingSpecError, Taint
-from webhook.snapshots import load_snapshot
-from webhook.workloads import ContainerImage, WorkloadError, pod_spec_of
+from image_preflight.core.inventory import Inventory, NodeImages
+from image_preflight.core.scheduling import REASON_AFFINITY, NodeTraits, PodPlacement, SchedulingSpecError, Taint
+from image_preflight.core.snapshots import load_snapshot
+from image_preflight.core.workloads import ContainerImage, WorkloadError, pod_spec_of
 
 NOW = 1_796_000_000.0
 DIGEST = "sha256:" + "d" * 64

@@ -23,9 +23,9 @@ from cryptography import x509
 from kubernetes_validate.utils import latest_version
 
 from image_preflight.cli import build_parser, main
-from webhook.decision import DENY, decide
-from webhook.inventory_files import load_inventory_file
-from webhook.workloads import pod_spec_of
+from image_preflight.core.decision import DENY, decide
+from image_preflight.files.inventory import load_inventory_file
+from image_preflight.core.workloads import pod_spec_of
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -460,8 +460,9 @@ def test_dockerfile_matches_the_deployment(render):
     assert re.search(rf"^USER {context['runAsUser']}:{context['runAsGroup']}$", dockerfile, re.M)
     assert re.search(r'^ENTRYPOINT \["image-preflight", "serve"\]$', dockerfile, re.M)
     admitted = {line[1:].strip("/") for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines() if line.startswith("!")}
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]
-    assert set(packages) | {"pyproject.toml", "README.md"} <= admitted
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    folders = {setuptools.get("package-dir", {}).get(p, p.replace(".", "/")).split("/")[0] for p in setuptools["packages"]}
+    assert folders | {"pyproject.toml", "README.md"} <= admitted
 
 
 # --- overlays and components ---------------------------------------------------------------

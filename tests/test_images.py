@@ -1,4 +1,4 @@
-"""webhook.images against the distribution/reference conformance data, plus the hot-path cache.
+"""image_preflight.core.images against the distribution/reference conformance data, plus the hot-path cache.
 
 The data lives outside the project (../shared/conformance/image-references.json, or the folder
 named by IMAGE_PREFLIGHT_CONFORMANCE) and is read in place, never copied.
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from webhook import images
-from webhook.images import InvalidReference
+from image_preflight.core import images
+from image_preflight.core.images import InvalidReference
 
 
 def _data_file() -> Path:

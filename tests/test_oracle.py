@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from webhook import images
-from webhook.images import InvalidReference
-from webhook.scheduling import (
+from image_preflight.core import images
+from image_preflight.core.images import InvalidReference
+from image_preflight.core.scheduling import (
     REASON_AFFINITY,
     REASON_NODE_NAME,
     REASON_UNSCHEDULABLE,

@@ -8,9 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from image_preflight.cli import main
-from scanner.judge import RowJudge, make_template
-from scanner.scan import scan
-from webhook.inventory import Inventory, NodeImages
+from image_preflight.scanner.judge import RowJudge, make_template
+from image_preflight.scanner.scan import scan
+from image_preflight.core.inventory import Inventory, NodeImages
 
 NESTED = "{{ input.extra_info.sandbox_overrides.docker_image }}"
 

@@ -6,10 +6,10 @@ import jinja2
 import pytest
 import yaml
 
-from scanner import filter_rows
-from scanner.judge import INVALID, KEPT, MISSING_IMAGE, UNRENDERABLE, RowJudge, make_template
-from scanner.render import JobTemplate, RowError, TemplateError, yaml_escape
-from webhook.inventory import Inventory, NodeImages
+from image_preflight.scanner import filter_rows
+from image_preflight.scanner.judge import INVALID, KEPT, MISSING_IMAGE, UNRENDERABLE, RowJudge, make_template
+from image_preflight.scanner.render import JobTemplate, RowError, TemplateError, yaml_escape
+from image_preflight.core.inventory import Inventory, NodeImages
 
 JOB_HEAD = """apiVersion: batch/v1
 kind: Job

@@ -17,7 +17,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from agent.publisher import Publisher
+from image_preflight.agent.publisher import Publisher
 from image_preflight.cli import main
 from tests.controlplane.cluster import (
     NODEIMAGES_CRD,
@@ -29,13 +29,13 @@ from tests.controlplane.cluster import (
     wait_for,
 )
 from tests.test_webhook_server import start_webhook  # noqa: F401 - fixture
-from webhook.admission import API_VERSION, Settings, admit
-from webhook.decision import DENY, MISSING, UNKNOWN, decide
-from webhook.inventory import image_key
-from webhook.live_inventory import LiveInventory
-from webhook.node_watch import NodeWatcher, ResourceWatcher
-from webhook.runtime_inventory import GROUP, PLURAL, VERSION, format_time
-from webhook.runtime_watch import runtime_watcher, start_runtime_watch
+from image_preflight.core.admission import API_VERSION, Settings, admit
+from image_preflight.core.decision import DENY, MISSING, UNKNOWN, decide
+from image_preflight.core.inventory import image_key
+from image_preflight.webhook.live_inventory import LiveInventory
+from image_preflight.kube.watch import NodeWatcher, ResourceWatcher
+from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION, format_time
+from image_preflight.kube.node_images import runtime_watcher, start_runtime_watch
 
 DEADLINE_S = 10.0
 LEASE = 300
@@ -433,7 +433,7 @@ def test_an_unreadable_object_is_ignored_and_stops_proving_absences(fake_apiserv
 
     broken = node_images(CPU, HELD, observed_at=time.time())
     del broken["spec"]["leaseDurationSeconds"]  # required by the CRD: the real apiserver refuses it
-    with caplog.at_level(logging.WARNING, logger="webhook.live_inventory"):
+    with caplog.at_level(logging.WARNING, logger="image_preflight.webhook.live_inventory"):
         fake_apiserver.put_object(PLURAL, broken, group=GROUP, version=VERSION)
         wait_until(lambda: source_of(live, CPU) == "node-status", "the unreadable list is dropped")
     assert any(f"NodeImages {CPU}: spec.leaseDurationSeconds" in r.getMessage() for r in caplog.records)

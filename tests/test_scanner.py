@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from image_preflight.cli import main
-from scanner import filter_rows
-from webhook.inventory import Inventory, NodeImages
+from image_preflight.scanner import filter_rows
+from image_preflight.core.inventory import Inventory, NodeImages
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "swe-smith"

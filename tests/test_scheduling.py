@@ -1,6 +1,6 @@
 import pytest
 
-from webhook.scheduling import (
+from image_preflight.core.scheduling import (
     REASON_AFFINITY,
     REASON_NODE_NAME,
     REASON_UNSCHEDULABLE,

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from scanner.judge import KEPT, MISSING_IMAGE, UNRENDERABLE, RowJudge
-from scanner.render import JobTemplate
-from webhook.inventory import Inventory, NodeImages
-from webhook.scheduling import NodeTraits
+from image_preflight.scanner.judge import KEPT, MISSING_IMAGE, UNRENDERABLE, RowJudge
+from image_preflight.scanner.render import JobTemplate
+from image_preflight.core.inventory import Inventory, NodeImages
+from image_preflight.core.scheduling import NodeTraits
 
 HEADER = """apiVersion: batch/v1
 kind: Job

@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from webhook.inventory import DEFAULT_MAX_IMAGES, NAMES_PER_IMAGE, Inventory, NodeImages, image_key
-from webhook.node_status import node_images_from_node
-from webhook.runtime_inventory import (
+from image_preflight.core.inventory import DEFAULT_MAX_IMAGES, NAMES_PER_IMAGE, Inventory, NodeImages, image_key
+from image_preflight.core.node_status import node_images_from_node
+from image_preflight.core.runtime_inventory import (
     API_VERSION,
     RUNTIME_KIND,
     format_time,
@@ -15,8 +15,8 @@ from webhook.runtime_inventory import (
     parse_time,
     runtime_object,
 )
-from webhook.scheduling import NodeTraits, SchedulingSpecError, Taint
-from webhook.snapshots import SnapshotError, load_snapshot
+from image_preflight.core.scheduling import NodeTraits, SchedulingSpecError, Taint
+from image_preflight.core.snapshots import SnapshotError, load_snapshot
 
 OBSERVED = 1_796_000_000.0  # 2026-11-29T...Z
 

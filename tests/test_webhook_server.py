@@ -24,16 +24,16 @@ import pytest
 import uvicorn
 from cryptography import x509
 
-from certs.authority import issue_serving_cert, new_private_key
-from certs.store import CertRequest, certificate_pem, ensure_certificates, private_key_pem, write_atomic
+from image_preflight.certs.authority import issue_serving_cert, new_private_key
+from image_preflight.certs.store import CertRequest, certificate_pem, ensure_certificates, private_key_pem, write_atomic
 from image_preflight.cli import build_parser
 from image_preflight.errors import UsageError
 from tests.test_admission import ABSENT, agent_lightning_fails_at_once, pod_spec, review, workload
-from webhook.admission import Settings
-from webhook.app import WebhookState, create_app, parse_timeout
-from webhook.command import build_server, stop_background
-from webhook.inventory import Inventory
-from webhook.metrics import Metrics
+from image_preflight.core.admission import Settings
+from image_preflight.webhook.app import WebhookState, create_app, parse_timeout
+from image_preflight.webhook.command import build_server, stop_background
+from image_preflight.core.inventory import Inventory
+from image_preflight.webhook.metrics import Metrics
 
 SERVICE = NAMESPACE = "image-preflight"
 HOST = f"{SERVICE}.{NAMESPACE}.svc"

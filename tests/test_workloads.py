@@ -1,6 +1,6 @@
 import pytest
 
-from webhook.workloads import (
+from image_preflight.core.workloads import (
     ALWAYS,
     IF_NOT_PRESENT,
     NEVER,

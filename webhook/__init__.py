@@ -1,1 +1,1 @@
-"""The image-readiness core (pure, no I/O) and the admission webhook built on it."""
+"""The admission webhook (`image-preflight serve`): HTTPS, TLS reloading, the live inventory, metrics."""

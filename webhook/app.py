@@ -14,9 +14,9 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from webhook.admission import BadReview, Outcome, Settings, admit, parse_review
-from webhook.inventory import Inventory
-from webhook.metrics import Metrics
+from image_preflight.core.admission import BadReview, Outcome, Settings, admit, parse_review
+from image_preflight.core.inventory import Inventory
+from image_preflight.webhook.metrics import Metrics
 
 MAX_BODY = 8 * 1024 * 1024
 DEFAULT_TIMEOUT = 10.0  # the apiserver's default timeoutSeconds

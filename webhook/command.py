@@ -12,13 +12,13 @@ import uvicorn
 from prometheus_client import start_http_server
 
 from image_preflight.errors import UsageError
-from webhook.admission import MODES, Settings
-from webhook.app import WebhookState, create_app
-from webhook.decision import REQUIRE_ALL, REQUIRE_ANY
-from webhook.inventory import DEFAULT_MAX_IMAGES
-from webhook.live_inventory import FileInventory, LiveInventory
-from webhook.metrics import Metrics
-from webhook.tls import ReloadingContext
+from image_preflight.core.admission import MODES, Settings
+from image_preflight.webhook.app import WebhookState, create_app
+from image_preflight.core.decision import REQUIRE_ALL, REQUIRE_ANY
+from image_preflight.core.inventory import DEFAULT_MAX_IMAGES
+from image_preflight.webhook.live_inventory import FileInventory, LiveInventory
+from image_preflight.webhook.metrics import Metrics
+from image_preflight.webhook.tls import ReloadingContext
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -120,8 +120,8 @@ def _inventory_source(args: argparse.Namespace, metrics: Metrics):
         return source, lambda: time.time() - source.mtime, source.synced.is_set, source.stop
     from kubernetes import client, config
 
-    from webhook.node_watch import NodeWatcher
-    from webhook.runtime_watch import start_runtime_watch
+    from image_preflight.kube.watch import NodeWatcher
+    from image_preflight.kube.node_images import start_runtime_watch
 
     try:
         if args.kubeconfig is not None:

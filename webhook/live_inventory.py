@@ -12,18 +12,18 @@ import time
 from pathlib import Path
 
 from image_preflight.errors import UsageError
-from webhook.file_poll import Poller, file_stamp
-from webhook.inventory import DEFAULT_MAX_IMAGES, Inventory, NodeImages
-from webhook.inventory_files import load_inventory_file
-from webhook.node_status import node_images_from_node
-from webhook.runtime_inventory import node_images_from_runtime
-from webhook.runtime_watch import runtime_node_name
+from image_preflight.files.poll import Poller, file_stamp
+from image_preflight.core.inventory import DEFAULT_MAX_IMAGES, Inventory, NodeImages
+from image_preflight.files.inventory import load_inventory_file
+from image_preflight.core.node_status import node_images_from_node
+from image_preflight.core.runtime_inventory import node_images_from_runtime
+from image_preflight.kube.node_images import runtime_node_name
 
 log = logging.getLogger(__name__)
 
 
 class LiveInventory:
-    """A NodeSink (see webhook.node_watch) holding each node's images from node status, with
+    """A NodeSink (see image_preflight.kube.watch) holding each node's images from node status, with
     complete runtime lists (the node agent's) taking their place where present."""
 
     def __init__(self, *, max_images: int | None = DEFAULT_MAX_IMAGES) -> None:
@@ -64,7 +64,7 @@ class LiveInventory:
             self._runtime = {item.node: item for item in lists}
             self._publish()
 
-    # The NodeImages objects the node agents publish (see webhook.runtime_watch).
+    # The NodeImages objects the node agents publish (see image_preflight.kube.node_images).
     def replace_runtime_objects(self, objects: list[dict]) -> None:
         lists = [item for item in map(self._convert_runtime, objects) if item is not None]
         self.replace_runtime(lists)

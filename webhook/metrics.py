@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from webhook.inventory import Inventory
+from image_preflight.core.inventory import Inventory
 
 
 class Metrics:

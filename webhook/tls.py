@@ -12,7 +12,7 @@ import ssl
 import threading
 from pathlib import Path
 
-from webhook.file_poll import Poller, file_stamp
+from image_preflight.files.poll import Poller, file_stamp
 
 log = logging.getLogger(__name__)
 

@@ -6,11 +6,11 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from webhook import messages
-from webhook.decision import ALLOW, DENY, REQUIRE_ALL, decide
-from webhook.inventory import Inventory
-from webhook.scheduling import SchedulingSpecError
-from webhook.workloads import CONTAINER_FIELDS, SCHEDULING_FIELDS, WORKLOAD_KINDS, WorkloadError, pod_spec_of
+from image_preflight.core import messages
+from image_preflight.core.decision import ALLOW, DENY, REQUIRE_ALL, decide
+from image_preflight.core.inventory import Inventory
+from image_preflight.core.scheduling import SchedulingSpecError
+from image_preflight.core.workloads import CONTAINER_FIELDS, SCHEDULING_FIELDS, WORKLOAD_KINDS, WorkloadError, pod_spec_of
 
 API_VERSION = "admission.k8s.io/v1"
 ENFORCE, WARN, AUDIT = "enforce", "warn", "audit"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from webhook.inventory import DEFAULT_MAX_IMAGES, NAMES_PER_IMAGE, NodeImages
-from webhook.scheduling import NodeTraits
+from image_preflight.core.inventory import DEFAULT_MAX_IMAGES, NAMES_PER_IMAGE, NodeImages
+from image_preflight.core.scheduling import NodeTraits
 
 
 def node_images_from_node(

@@ -1,4 +1,4 @@
-"""Inventories from snapshot files (the shell around webhook.snapshots)."""
+"""Inventories from snapshot files (the shell around image_preflight.core.snapshots)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from image_preflight.errors import UsageError
-from webhook.inventory import DEFAULT_MAX_IMAGES, Inventory
-from webhook.snapshots import SnapshotError, load_snapshot
+from image_preflight.core.inventory import DEFAULT_MAX_IMAGES, Inventory
+from image_preflight.core.snapshots import SnapshotError, load_snapshot
 
 
 def load_inventory_file(paths: Path | Sequence[Path], *, max_images: int | None = DEFAULT_MAX_IMAGES) -> Inventory:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from webhook.images import InvalidReference, parse_normalized
+from image_preflight.core.images import InvalidReference, parse_normalized
 
 ALWAYS, IF_NOT_PRESENT, NEVER = "Always", "IfNotPresent", "Never"
 PULL_POLICIES = (ALWAYS, IF_NOT_PRESENT, NEVER)
 CONTAINER_FIELDS = ("initContainers", "containers", "ephemeralContainers")
-SCHEDULING_FIELDS = ("nodeName", "nodeSelector", "affinity", "tolerations")  # what webhook.scheduling reads
+SCHEDULING_FIELDS = ("nodeName", "nodeSelector", "affinity", "tolerations")  # what image_preflight.core.scheduling reads
 
 # Where each kind keeps its pod spec (apps/v1, batch/v1, core/v1).
 _POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {

@@ -3,7 +3,7 @@
 This is the I/O shell around the pure core: it talks to the apiserver through the official
 client and hands plain dicts (camelCase, as the API returns them) to callbacks. It reads raw
 JSON instead of building models, which is far too slow for objects carrying thousands of
-image names. `NodeWatcher` follows Nodes; webhook.runtime_watch follows the agents' NodeImages.
+image names. `NodeWatcher` follows Nodes; image_preflight.kube.node_images follows the agents' NodeImages.
 """
 
 from __future__ import annotations

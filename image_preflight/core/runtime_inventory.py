@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 
-from webhook.inventory import NodeImages
+from image_preflight.core.inventory import NodeImages
 
 GROUP = "image-preflight.io"
 VERSION = "v1alpha1"

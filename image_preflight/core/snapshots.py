@@ -10,10 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 
-from webhook.images import InvalidReference, docker_ref
-from webhook.inventory import DEFAULT_MAX_IMAGES, Inventory, NodeImages
-from webhook.node_status import node_images_from_node
-from webhook.runtime_inventory import RUNTIME_KIND, image_names, node_images_from_runtime
+from image_preflight.core.images import InvalidReference, docker_ref
+from image_preflight.core.inventory import DEFAULT_MAX_IMAGES, Inventory, NodeImages
+from image_preflight.core.node_status import node_images_from_node
+from image_preflight.core.runtime_inventory import RUNTIME_KIND, image_names, node_images_from_runtime
 
 # What an item without a kind is: the apiserver leaves kind out of list items.
 _ITEM_KINDS = {"NodeList": "Node", "NodeImagesList": RUNTIME_KIND}

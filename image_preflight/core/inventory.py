@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
 
-from webhook.image_set import ImageSet
-from webhook.images import InvalidReference, docker_ref, is_valid_digest
-from webhook.scheduling import NodeTraits
+from image_preflight.image_set import ImageSet
+from image_preflight.core.images import InvalidReference, docker_ref, is_valid_digest
+from image_preflight.core.scheduling import NodeTraits
 
 DEFAULT_MAX_IMAGES = 50  # KubeletConfiguration.nodeStatusMaxImages
 NAMES_PER_IMAGE = 5  # the kubelet lists at most this many names per image in node status
@@ -75,7 +75,7 @@ class NodeImages:
 class Inventory:
     nodes: tuple[NodeImages, ...] = ()
     _by_name: Mapping[str, NodeImages] = field(init=False, repr=False, compare=False)
-    # Memo for webhook.decision.eligible_nodes: rollout Jobs share one placement, so the
+    # Memo for image_preflight.core.decision.eligible_nodes: rollout Jobs share one placement, so the
     # scheduler filters run once per placement and inventory instead of once per request.
     memo: dict = field(init=False, repr=False, compare=False)
 

@@ -6,10 +6,10 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from webhook.images import InvalidReference
-from webhook.inventory import Inventory, NodeImages, image_key
-from webhook.scheduling import PodPlacement, unschedulable_reason
-from webhook.workloads import ContainerImage, container_images
+from image_preflight.core.images import InvalidReference
+from image_preflight.core.inventory import Inventory, NodeImages, image_key
+from image_preflight.core.scheduling import PodPlacement, unschedulable_reason
+from image_preflight.core.workloads import ContainerImage, container_images
 
 # Image statuses.
 PRESENT, MISSING, UNKNOWN, NOT_CHECKED, INVALID = "present", "missing", "unknown", "not-checked", "invalid"

@@ -7,7 +7,7 @@ agent-lightning fails a rollout at once only when the lower-cased error text con
 
 from __future__ import annotations
 
-from webhook.decision import INVALID, MISSING, NOT_CHECKED, UNKNOWN, Decision, ImageVerdict
+from image_preflight.core.decision import INVALID, MISSING, NOT_CHECKED, UNKNOWN, Decision, ImageVerdict
 
 MAX_MESSAGE = 1024  # bytes, so the relayed error stays readable in controller logs
 MAX_WARNING = 120  # the apiserver truncates at 256; shorter reads well in kubectl

@@ -1,0 +1,1 @@
+"""The file shell: inventory snapshot files, polling files for changes."""

@@ -1,0 +1,1 @@
+"""The Kubernetes-client shell: configuration, list and watch, error text."""
