@@ -1,8 +1,12 @@
 #!/bin/sh
 # Regenerates agent/cri_pb2.py, cri_pb2.pyi and cri_pb2_grpc.py from agent/cri.proto.
-# Needs grpcio-tools; PYTHON picks the interpreter (default: python).
+# Use grpcio-tools 1.49.1 (PYTHON picks the interpreter that has it; default: python): the oldest
+# generator with Python 3.11 wheels. Its stubs check no runtime version and need only protobuf's
+# builder (3.20) and grpcio's channel API, so the agent runs beside a training stack's pins
+# (protobuf>=3.20.3, grpcio>=1.49.1, up to today's releases; tests/test_packaging.py checks both ends).
 set -eu
 cd "$(dirname "$0")/.."
+"${PYTHON:-python}" -c 'import grpc_tools, importlib.metadata as m; v = m.version("grpcio-tools"); assert v == "1.49.1", f"grpcio-tools {v}, not 1.49.1"'
 "${PYTHON:-python}" -m grpc_tools.protoc -I agent --python_out=agent --pyi_out=agent --grpc_python_out=agent agent/cri.proto
 # protoc writes a top-level "import cri_pb2"; the stubs live in the agent package.
 sed -i 's/^import cri_pb2 as cri__pb2$/from image_preflight.agent import cri_pb2 as cri__pb2/' agent/cri_pb2_grpc.py

@@ -3,6 +3,7 @@
 Each subcommand lives beside the library it drives (`scanner/command.py`, `certs/command.py`, ...)
 and exposes `register(subparsers)`, which adds its parser and sets `run(args) -> int` as default.
 Only the chosen subcommand's module is imported: `scan` need not load the webhook's server stack.
+A subcommand whose dependencies are not installed is still listed, and says which extra to install.
 """
 
 from __future__ import annotations
@@ -11,16 +12,43 @@ import argparse
 import importlib
 import os
 import sys
+from typing import NamedTuple
 
-from image_preflight.errors import UsageError
+from image_preflight.errors import InputError, UsageError
+
+
+class Command(NamedTuple):
+    module: str
+    extra: str  # the distribution's extra that installs its dependencies ("" for the base install)
+    summary: str
+
 
 COMMANDS = {
-    "scan": "image_preflight.scanner.command",
-    "serve": "image_preflight.webhook.command",
-    "certs": "image_preflight.certs.command",
-    "agent": "image_preflight.agent.command",
-    "inventory": "image_preflight.agent.dump_command",
+    "scan": Command("image_preflight.scanner.command", "", "drop dataset rows whose images the nodes do not hold"),
+    "serve": Command("image_preflight.webhook.command", "webhook", "run the validating admission webhook"),
+    "certs": Command("image_preflight.certs.command", "webhook", "create or renew the webhook's CA and certificate"),
+    "agent": Command("image_preflight.agent.command", "agent", "publish this node's complete image list"),
+    "inventory": Command("image_preflight.agent.dump_command", "kube", "write the cluster's nodes and images"),
 }
+
+
+def _unavailable(subparsers: argparse._SubParsersAction, name: str, command: Command, exc: ImportError) -> None:
+    """A stand-in parser that takes any arguments and explains what is missing."""
+    missing = exc.name or str(exc)
+    if missing.startswith("image_preflight"):
+        problem = f"cannot load {missing} ({exc}): the installation is incomplete; reinstall image-preflight"
+    else:
+        extra = command.extra or "all"
+        problem = (f"needs the '{extra}' extra (no module named {missing!r}): "
+                   f"pip install 'image-preflight[{extra}]'")
+    parser = subparsers.add_parser(name, help=f"{command.summary} (unavailable: {problem.split(':')[0]})",
+                                   add_help=False)
+    parser.add_argument("ignored", nargs=argparse.REMAINDER)
+
+    def run(args: argparse.Namespace) -> int:
+        raise UsageError(problem)
+
+    parser.set_defaults(run=run)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -29,14 +57,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         description="Keep rollout Jobs off nodes that lack their locally built images.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, module_name in COMMANDS.items():
+    for name, command in COMMANDS.items():
         if only is not None and name != only:
             continue
         try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
+            module = importlib.import_module(command.module)
+        except ImportError as exc:
+            _unavailable(subparsers, name, command, exc)
             continue
         module.register(subparsers)
     return parser
@@ -51,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         code = args.run(args)
         sys.stdout.flush()  # a closed pipe shows here, not as a failure at interpreter exit
         return code
-    except UsageError as exc:
+    except (UsageError, InputError) as exc:
         print(f"image-preflight {args.command}: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

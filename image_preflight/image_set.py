@@ -12,6 +12,9 @@ import threading
 from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Set
+from dataclasses import replace
+
+from image_preflight.core.inventory import Inventory, NodeImages
 
 _ids: dict[str, int] = {}
 _names: list[str] = []
@@ -54,3 +57,12 @@ class ImageSet(Set):
 
     def __repr__(self) -> str:
         return f"ImageSet({sorted(self)!r})"
+
+
+def compact(node: NodeImages) -> NodeImages:
+    """`node` with its name sets held as ImageSets: what the shells keep of every list they read."""
+    return replace(node, refs=ImageSet(node.refs), ids=ImageSet(node.ids))
+
+
+def compact_inventory(inventory: Inventory) -> Inventory:
+    return Inventory(tuple(compact(node) for node in inventory.nodes))

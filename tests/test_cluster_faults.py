@@ -94,14 +94,16 @@ def test_decisions_follow_nodes_added_changed_cordoned_and_removed(control_plane
 def test_a_watch_resumed_after_compaction_gets_410_and_relists(control_plane, served):
     core = control_plane.core()
     expired = _restarts(served, "expired")
-    # Hold serve still, so its watch stays at an old resourceVersion while the cluster moves on.
+    # Hold serve still, and cut its connections, so that its watch stays at an old resourceVersion
+    # while the cluster moves on; then compact etcd and start an apiserver whose watch cache
+    # begins after the changes. The resumed watch can only be told 410 Gone.
     served.popen.send_signal(signal.SIGSTOP)
     try:
+        control_plane.restart_apiserver()
         create_node(control_plane, "faults-3", images=[], labels=LABELS, taints=[GROUP], wait_ready=False)
         for i in range(5):
             core.patch_node("faults-3", {"metadata": {"labels": {"image-preflight.test/touch": str(i)}}})
         control_plane.compact_etcd()
-        # A new apiserver: its watch cache starts now, and etcd holds nothing older either.
         control_plane.restart_apiserver()
     finally:
         served.popen.send_signal(signal.SIGCONT)

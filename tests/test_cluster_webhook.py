@@ -19,7 +19,7 @@ from kubernetes.client.rest import ApiException
 from tests.controlplane.cluster import create_node, wait_for
 from tests.controlplane.webhook import ServedWebhook
 from tests.test_deploy import SELF_SIGNED, deploy_copy  # noqa: F401 - fixture
-from image_preflight.core.scheduling import NodeTraits, PodPlacement, eligible_nodes
+from image_preflight.core.scheduling import NodeTraits, PodPlacement, unschedulable_reason
 
 WEBHOOK = "validate.image-preflight.io"
 ENFORCE_LABEL = {"image-preflight.io/enforce": "true"}
@@ -177,7 +177,8 @@ def test_a_held_image_runs_to_a_pod_bound_to_a_node_the_webhook_called_eligible(
     live_nodes = [NodeTraits.from_node(core.api_client.sanitize_for_serialization(n)) for n in core.list_node().items]
     spec = core.api_client.sanitize_for_serialization(pod.spec)
     del spec["nodeName"]  # the scheduler's binding, not part of what it was asked
-    eligible = {n.name for n in eligible_nodes(PodPlacement.from_pod_spec(spec), live_nodes)}
+    placement = PodPlacement.from_pod_spec(spec)
+    eligible = {n.name for n in live_nodes if unschedulable_reason(placement, n) is None}
     assert pod.spec.node_name in eligible and eligible >= set(NODES)
 
 

@@ -17,7 +17,7 @@ from tests.test_webhook_server import EXAMPLE_NODES, missing_job_review, start_w
 from image_preflight.core.admission import Settings, admit, parse_review
 from image_preflight.core.inventory import NodeImages
 from image_preflight.webhook.live_inventory import LiveInventory
-from image_preflight.kube.watch import NodeWatcher
+from image_preflight.kube.nodes import NodeWatcher
 
 # The reviewed workloads may land on this test's nodes, which carry the PARKED taint.
 TOLERATIONS = [{"key": PARKED["key"], "operator": "Exists"}]

@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 
 from tests.controlplane.cluster import Case, ControlPlane, request_query, set_node_images, wait_for
 from tests.fake_apiserver import FakeApiServer
-from image_preflight.kube.watch import NodeWatcher
+from image_preflight.kube.nodes import NodeWatcher
 
 DEADLINE = 10.0
 

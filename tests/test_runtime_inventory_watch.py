@@ -33,7 +33,8 @@ from image_preflight.core.admission import API_VERSION, Settings, admit
 from image_preflight.core.decision import DENY, MISSING, UNKNOWN, decide
 from image_preflight.core.inventory import image_key
 from image_preflight.webhook.live_inventory import LiveInventory
-from image_preflight.kube.watch import NodeWatcher, ResourceWatcher
+from image_preflight.kube.nodes import NodeWatcher
+from image_preflight.kube.watch import ResourceWatcher
 from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION, format_time
 from image_preflight.kube.node_images import runtime_watcher, start_runtime_watch
 

@@ -9,7 +9,6 @@ from image_preflight.core.scheduling import (
     SchedulingSpecError,
     Taint,
     Toleration,
-    eligible_nodes,
     unschedulable_reason,
 )
 
@@ -107,8 +106,8 @@ def test_node_selector_and_affinity_must_both_hold():
 def test_match_fields_metadata_name():
     spec_in = affinity({"matchFields": [expr("metadata.name", "In", "n2")]})
     spec_not_in = affinity({"matchFields": [expr("metadata.name", "NotIn", "n2")]})
-    assert [n.name for n in eligible_nodes(placement(**spec_in), [node("n1"), node("n2")])] == ["n2"]
-    assert [n.name for n in eligible_nodes(placement(**spec_not_in), [node("n1"), node("n2")])] == ["n1"]
+    assert [n.name for n in [node("n1"), node("n2")] if unschedulable_reason(placement(**spec_in), n) is None] == ["n2"]
+    assert [n.name for n in [node("n1"), node("n2")] if unschedulable_reason(placement(**spec_not_in), n) is None] == ["n1"]
 
 
 def test_match_fields_and_expressions_in_one_term_are_anded():
@@ -349,7 +348,7 @@ def test_reasons_follow_the_scheduler_plugin_order():
     )
 
 
-def test_eligible_nodes_keeps_order_and_filters():
+def test_filters_keep_the_nodes_every_filter_passes():
     nodes = [
         node("a", zone="x"),
         node("b", zone="y"),
@@ -357,8 +356,7 @@ def test_eligible_nodes_keeps_order_and_filters():
         node("d", zone="x", unschedulable=True),
         node("e", zone="x"),
     ]
-    assert [n.name for n in eligible_nodes(placement(nodeSelector={"zone": "x"}), nodes)] == ["a", "e"]
-    assert eligible_nodes(placement(), []) == []
+    assert eligible({"nodeSelector": {"zone": "x"}}, nodes) == ["a", "e"]
 
 
 # --- NodeTraits -----------------------------------------------------------------------------------
@@ -554,3 +552,7 @@ def test_from_pod_spec_error_uses_the_given_path():
 
 def test_scheduling_spec_error_is_a_value_error():
     assert issubclass(SchedulingSpecError, ValueError)
+
+
+def eligible(spec: dict, nodes: list[NodeTraits]) -> list[str]:
+    return [n.name for n in nodes if unschedulable_reason(placement(**spec), n) is None]

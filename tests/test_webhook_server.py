@@ -27,7 +27,7 @@ from cryptography import x509
 from image_preflight.certs.authority import issue_serving_cert, new_private_key
 from image_preflight.certs.store import CertRequest, certificate_pem, ensure_certificates, private_key_pem, write_atomic
 from image_preflight.cli import build_parser
-from image_preflight.errors import UsageError
+from image_preflight.errors import InputError, UsageError
 from tests.test_admission import ABSENT, agent_lightning_fails_at_once, pod_spec, review, workload
 from image_preflight.core.admission import Settings
 from image_preflight.webhook.app import WebhookState, create_app, parse_timeout
@@ -251,7 +251,7 @@ def test_unusable_files_and_ports_are_one_line_usage_errors(tmp_path):
 
     broken = tmp_path / "nodes.json"
     broken.write_text('{"kind": "NodeList", "items": 7}')
-    with pytest.raises(UsageError, match="nodes.json: items: not a list"):
+    with pytest.raises(InputError, match="nodes.json: items: not a list"):
         build_server(serve_args(certs, "--inventory", str(broken), "--metrics-port", "0"))
 
     other = tmp_path / "other"

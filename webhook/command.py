@@ -34,7 +34,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--metrics-port", type=int, default=9090, help="plain-HTTP /metrics (0: off)")
     source = parser.add_mutually_exclusive_group()
     source.add_argument("--inventory", type=Path, metavar="SNAPSHOT", help="a snapshot file, re-read when it changes")
-    source.add_argument("--kubeconfig", type=Path, metavar="FILE", help="watch Nodes with this kubeconfig")
+    source.add_argument("--kubeconfig", type=Path, metavar="FILE",
+                        help="watch Nodes with this kubeconfig (default: in a pod its service account, else "
+                        "$KUBECONFIG or ~/.kube/config)")
     parser.add_argument("--mode", choices=MODES, default="enforce")
     parser.add_argument("--unknown", choices=("allow", "deny"), default="allow",
                         help="what an unconfirmed image does (default: allow with a warning)")
@@ -118,20 +120,11 @@ def _inventory_source(args: argparse.Namespace, metrics: Metrics):
         source.start()
         # A file is as current as its author made it: ready once read, age since last written.
         return source, lambda: time.time() - source.mtime, source.synced.is_set, source.stop
-    from kubernetes import client, config
-
-    from image_preflight.kube.watch import NodeWatcher
+    from image_preflight.kube.client import api_client
     from image_preflight.kube.node_images import start_runtime_watch
+    from image_preflight.kube.nodes import NodeWatcher
 
-    try:
-        if args.kubeconfig is not None:
-            api = config.new_client_from_config(config_file=str(args.kubeconfig))
-        else:
-            config.load_incluster_config()
-            api = client.ApiClient()
-    except Exception as exc:  # the client raises several types for a bad or absent config
-        where = args.kubeconfig or "in-cluster service account"
-        raise UsageError(f"{where}: cannot configure the Kubernetes client ({exc})") from None
+    api = api_client(args.kubeconfig)
     live = LiveInventory(max_images=args.max_images)
     watcher = NodeWatcher(
         api, live, label_selector=args.node_selector,

@@ -11,19 +11,20 @@ import threading
 import time
 from pathlib import Path
 
-from image_preflight.errors import UsageError
+from image_preflight.errors import InputError
 from image_preflight.files.poll import Poller, file_stamp
 from image_preflight.core.inventory import DEFAULT_MAX_IMAGES, Inventory, NodeImages
 from image_preflight.files.inventory import load_inventory_file
 from image_preflight.core.node_status import node_images_from_node
 from image_preflight.core.runtime_inventory import node_images_from_runtime
+from image_preflight.image_set import compact
 from image_preflight.kube.node_images import runtime_node_name
 
 log = logging.getLogger(__name__)
 
 
 class LiveInventory:
-    """A NodeSink (see image_preflight.kube.watch) holding each node's images from node status, with
+    """A NodeSink (see image_preflight.kube.nodes) holding each node's images from node status, with
     complete runtime lists (the node agent's) taking their place where present."""
 
     def __init__(self, *, max_images: int | None = DEFAULT_MAX_IMAGES) -> None:
@@ -86,14 +87,14 @@ class LiveInventory:
 
     def _convert_runtime(self, obj: dict) -> NodeImages | None:
         try:
-            return node_images_from_runtime(obj)
+            return compact(node_images_from_runtime(obj))
         except ValueError as exc:
             log.warning("ignoring NodeImages %s: %s", runtime_node_name(obj), exc)
             return None
 
     def _convert(self, node: dict) -> NodeImages | None:
         try:
-            return node_images_from_node(node, observed_at=time.time(), max_images=self.max_images)
+            return compact(node_images_from_node(node, observed_at=time.time(), max_images=self.max_images))
         except ValueError as exc:
             log.warning("ignoring a node the API returned: %s", exc)
             return None
@@ -128,7 +129,7 @@ class FileInventory:
             return False
         try:
             self.current = load_inventory_file(self.path, max_images=self.max_images)
-        except UsageError as exc:
+        except InputError as exc:
             log.warning("keeping the previous inventory: %s", exc)
             return False
         self._stamp = stamp

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
 
-from image_preflight.image_set import ImageSet
 from image_preflight.core.images import InvalidReference, docker_ref, is_valid_digest
 from image_preflight.core.scheduling import NodeTraits
 
@@ -26,14 +25,14 @@ def image_key(image: str) -> str:
     return docker_ref(image)
 
 
-def _keys(names: Iterable[str]) -> ImageSet:
+def _keys(names: Iterable[str]) -> frozenset[str]:
     keys = set()
     for name in names:
         try:
             keys.add(image_key(name))
         except InvalidReference:
             continue  # a runtime name such as "<none>:<none>"; no container can ask for it
-    return ImageSet(keys)
+    return frozenset(keys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +41,7 @@ class NodeImages:
 
     node: str
     traits: NodeTraits | None  # None: scheduling traits unknown, so every pod may land here
+    # Plain frozensets here; image_preflight.image_set.compact() stores them in a few bytes a name.
     refs: Set[str]  # image_key() of every tag and repo digest
     ids: Set[str] = frozenset()  # image IDs ("sha256:...")
     complete: bool = True  # False: an absent name proves nothing
@@ -59,7 +59,7 @@ class NodeImages:
         traits: NodeTraits | None = None,
         **kwargs,
     ) -> NodeImages:
-        return cls(node, traits, _keys(names), ImageSet(ids), **kwargs)
+        return cls(node, traits, _keys(names), frozenset(ids), **kwargs)
 
     def holds(self, key: str) -> bool:
         return key in self.refs or key in self.ids

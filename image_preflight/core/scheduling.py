@@ -9,7 +9,7 @@ worded as kube-scheduler words it. Matching follows k8s.io/component-helpers
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -222,10 +222,6 @@ def unschedulable_reason(placement: PodPlacement, node: NodeTraits) -> str | Non
     if not _affinity_matches(placement, node):
         return REASON_AFFINITY
     return None
-
-
-def eligible_nodes(placement: PodPlacement, nodes: Iterable[NodeTraits]) -> list[NodeTraits]:
-    return [node for node in nodes if unschedulable_reason(placement, node) is None]
 
 
 def _affinity_matches(placement: PodPlacement, node: NodeTraits) -> bool:

@@ -3,7 +3,8 @@
 This is the I/O shell around the pure core: it talks to the apiserver through the official
 client and hands plain dicts (camelCase, as the API returns them) to callbacks. It reads raw
 JSON instead of building models, which is far too slow for objects carrying thousands of
-image names. `NodeWatcher` follows Nodes; image_preflight.kube.node_images follows the agents' NodeImages.
+image names. image_preflight.kube.nodes follows Nodes with it, image_preflight.kube.node_images the
+agents' NodeImages.
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ import logging
 import random
 import threading
 import time
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator
 
-import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
 log = logging.getLogger(__name__)
@@ -30,14 +30,6 @@ _WATCH_READ_GRACE = 30.0
 # two webhook replicas cost nothing, and each second of backoff after an apiserver restart is a
 # second of decisions on a stale view (tests/test_cluster_faults.py measures it).
 BACKOFF_MAX_S = 5.0
-
-
-class NodeSink(Protocol):
-    def replace_nodes(self, nodes: list[dict]) -> None: ...
-
-    def upsert_node(self, node: dict) -> None: ...
-
-    def delete_node(self, name: str) -> None: ...
 
 
 class _Pages:
@@ -269,34 +261,6 @@ class ResourceWatcher:
                 response.shutdown()  # unblocks a read waiting on the socket
             except Exception:  # noqa: BLE001 - best effort during shutdown
                 pass
-
-
-class NodeWatcher(ResourceWatcher):
-    """Follows the cluster's Nodes into a NodeSink."""
-
-    def __init__(
-        self,
-        api_client: kubernetes.client.ApiClient,
-        sink: NodeSink,
-        *,
-        label_selector: str | None = None,
-        watch_timeout_seconds: int = 300,
-        backoff_initial: float = 0.5,
-        backoff_max: float = BACKOFF_MAX_S,
-        on_restart: Callable[[str], None] | None = None,
-    ):
-        super().__init__(
-            kubernetes.client.CoreV1Api(api_client).list_node,
-            replace=sink.replace_nodes,
-            upsert=sink.upsert_node,
-            delete=lambda node: sink.delete_node(node["metadata"]["name"]),
-            what="node",
-            label_selector=label_selector,
-            watch_timeout_seconds=watch_timeout_seconds,
-            backoff_initial=backoff_initial,
-            backoff_max=backoff_max,
-            on_restart=on_restart,
-        )
 
 
 def _lines(response) -> Iterator[str]:

@@ -1,0 +1,66 @@
+"""The Python API: what a trainer calls before `ray.init()`, and what the webhook decides with.
+
+    import image_preflight
+
+    inventory = image_preflight.load_inventory("nodes.json")
+    kept, dropped = image_preflight.filter_rows(rows, image="{{ input.image_name }}:openai",
+                                                inventory=inventory)
+
+Bad input raises a ValueError subclass whose message names the file, row or field.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Union
+
+from image_preflight.core import decision as core
+from image_preflight.core.inventory import DEFAULT_MAX_IMAGES, Inventory
+from image_preflight.core.workloads import WORKLOAD_KINDS, pod_spec_of
+from image_preflight.files.inventory import load_inventory_file
+
+PathLike = Union[str, os.PathLike]
+
+
+def load_inventory(path_or_paths: PathLike | Sequence[PathLike], *, max_images: int | None = DEFAULT_MAX_IMAGES
+                   ) -> Inventory:
+    """The nodes and their images from snapshot files (`kubectl get nodes -o json`, `crictl images
+    -o json`, `image-preflight inventory dump`, ...); a later file's node replaces an earlier one's.
+
+    `max_images` is the kubelets' nodeStatusMaxImages (-1 or None: uncapped). Raises
+    image_preflight.errors.InputError (a ValueError) naming a file that cannot be read.
+    """
+    paths = [path_or_paths] if isinstance(path_or_paths, (str, os.PathLike)) else path_or_paths
+    return load_inventory_file([Path(p) for p in paths], max_images=max_images)
+
+
+def decide(workload_or_pod_spec: Mapping, inventory: Inventory, *, require: str = core.REQUIRE_ALL,
+           now: float | None = None) -> core.Decision:
+    """The webhook's verdict on a workload (a Job, Pod, CronJob, Deployment, ... as the API serves
+    it) or a bare pod spec: can its IfNotPresent/Never images be found where its pods may land?
+
+    `require` is "all" (every eligible node must hold them) or "any". Leases of the node agents'
+    lists are judged at `now` (default: the current time). Raises WorkloadError,
+    SchedulingSpecError (ValueErrors) when the object cannot be read.
+    """
+    kind = workload_or_pod_spec.get("kind") if isinstance(workload_or_pod_spec, Mapping) else None
+    spec = pod_spec_of(workload_or_pod_spec) if kind in WORKLOAD_KINDS else workload_or_pod_spec
+    return core.decide(spec, inventory, require=require, now=time.time() if now is None else now)
+
+
+def filter_rows(rows: Iterable[Mapping], *, template: str | None = None, image: str | None = None,
+                inventory: Inventory, require: str = core.REQUIRE_ALL, keep_unknown: bool = False):
+    """Split dataset rows into those whose rollout Job would find its images and those that would
+    not, rendering `template` (the Job template text, as agent-lightning renders it) or `image` (a
+    one-container shortcut such as '{{ input.image_name }}:openai') for each row.
+
+    Returns (kept rows, [(index, row, RowVerdict), ...]). Raises TemplateError (a ValueError)
+    when the template cannot yield a Job at all.
+    """
+    from image_preflight.scanner.judge import filter_rows as scan_rows
+
+    return scan_rows(rows, template=template, image=image, inventory=inventory, require=require,
+                     keep_unknown=keep_unknown)
