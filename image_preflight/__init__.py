@@ -7,7 +7,31 @@ return. Imported on first use, so that `image-preflight serve` does not load the
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
+import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
+
+_FACES = ("webhook", "scanner", "certs", "agent")
+_HERE = Path(__file__).resolve().parent
+
+
+class _FacesBeside(importlib.abc.MetaPathFinder):
+    """Imported from a source checkout (the current folder on sys.path, say) the faces sit beside
+    this folder; installed, pyproject's package-dir puts them inside it. setuptools' editable
+    finder covers editable installs only, so a checkout next to a normal install needs this."""
+
+    def find_spec(self, fullname, path, target=None):
+        prefix, _, face = fullname.partition(".")
+        if prefix != __name__ or face not in _FACES:
+            return None
+        init = _HERE.parent / face / "__init__.py"
+        return importlib.util.spec_from_file_location(fullname, init, submodule_search_locations=[str(init.parent)])
+
+
+if not (_HERE / "scanner").is_dir() and (_HERE.parent / "pyproject.toml").is_file():
+    sys.meta_path.append(_FacesBeside())
 
 _EXPORTS = {
     "load_inventory": "image_preflight.api",

@@ -32,47 +32,42 @@ COMMANDS = {
 }
 
 
-def _unavailable(subparsers: argparse._SubParsersAction, name: str, command: Command, exc: ImportError) -> None:
-    """A stand-in parser that takes any arguments and explains what is missing."""
+def _problem(command: Command, exc: ImportError) -> str:
     missing = exc.name or str(exc)
     if missing.startswith("image_preflight"):
-        problem = f"cannot load {missing} ({exc}): the installation is incomplete; reinstall image-preflight"
-    else:
-        extra = command.extra or "all"
-        problem = (f"needs the '{extra}' extra (no module named {missing!r}): "
-                   f"pip install 'image-preflight[{extra}]'")
-    parser = subparsers.add_parser(name, help=f"{command.summary} (unavailable: {problem.split(':')[0]})",
-                                   add_help=False)
-    parser.add_argument("ignored", nargs=argparse.REMAINDER)
-
-    def run(args: argparse.Namespace) -> int:
-        raise UsageError(problem)
-
-    parser.set_defaults(run=run)
+        return f"cannot load {missing} ({exc}): the installation is incomplete; reinstall image-preflight"
+    extra = command.extra or "all"
+    return f"needs the '{extra}' extra (no module named {missing!r}): pip install 'image-preflight[{extra}]'"
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, str]]:
+    """The parser, and for each subcommand that cannot be loaded, why (it is still listed)."""
     parser = argparse.ArgumentParser(
         prog="image-preflight",
         description="Keep rollout Jobs off nodes that lack their locally built images.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    unavailable: dict[str, str] = {}
     for name, command in COMMANDS.items():
         if only is not None and name != only:
             continue
         try:
             module = importlib.import_module(command.module)
         except ImportError as exc:
-            _unavailable(subparsers, name, command, exc)
+            unavailable[name] = _problem(command, exc)
+            subparsers.add_parser(name, help=f"{command.summary} (unavailable: {unavailable[name].split(':')[0]})")
             continue
         module.register(subparsers)
-    return parser
+    return parser, unavailable
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)
-    parser = build_parser(chosen if chosen in COMMANDS else None)
+    parser, unavailable = build_parser(chosen if chosen in COMMANDS else None)
+    if chosen in unavailable:
+        print(f"image-preflight {chosen}: {unavailable[chosen]}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     try:
         code = args.run(args)

@@ -476,7 +476,7 @@ def test_the_daemonset_runs_the_agent_on_the_mounted_socket_and_nothing_else_fro
     daemonset = manifest("DaemonSet")
     pod = daemonset["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    args = build_parser().parse_args([*container["command"][1:], *container["args"]])
+    args = build_parser()[0].parse_args([*container["command"][1:], *container["args"]])
     assert container["command"] == ["image-preflight"] and args.command == "agent" and args.publish
     assert 0 < args.interval < args.lease / 3
     (mount,) = container["volumeMounts"]

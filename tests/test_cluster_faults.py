@@ -15,9 +15,10 @@ import uuid
 
 import pytest
 
-from tests.controlplane.cluster import create_node, set_node_images, wait_for
+from tests.controlplane.cluster import create_node, running_control_plane, set_node_images, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.test_cluster_webhook import _names, deploy_copy, deployed  # noqa: F401 - fixtures
+from tests.test_cluster_webhook import _names
+from tests.test_deploy import SELF_SIGNED, deploy_copy  # noqa: F401 - fixture
 
 GROUP = {"key": "image-preflight.test/group", "value": "faults", "effect": "NoSchedule"}
 LABELS = {"image-preflight.test/group": "faults"}
@@ -27,17 +28,26 @@ FIGURES: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
-def served(control_plane, deployed, tmp_path_factory):
+def control_plane(tmp_path_factory, deploy_copy):
+    """A cluster of this module's own: its restarts and compactions leave the controllers of the
+    shared one behind (client-go's informers back off, and the node lifecycle controller waits for
+    its Lease cache to catch up before it lifts any not-ready taint)."""
+    with running_control_plane(tmp_path_factory.mktemp("faults-controlplane")) as plane:
+        plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / "agent"))
+        plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / SELF_SIGNED))
+        yield plane
+
+
+@pytest.fixture(scope="module")
+def served(control_plane, deploy_copy, tmp_path_factory):
     folder = tmp_path_factory.mktemp("faults")
     kubeconfig = control_plane.service_account_kubeconfig("image-preflight", "image-preflight",
                                                           folder / "sa.kubeconfig")
     create_node(control_plane, "faults-1", images=[_names(IMAGE, "c")], labels=LABELS, taints=[GROUP])
-    webhook = ServedWebhook(control_plane, deployed, kubeconfig, folder / "serve.log")
+    webhook = ServedWebhook(control_plane, deploy_copy / SELF_SIGNED / "certs", kubeconfig, folder / "serve.log")
     webhook.start()
     yield webhook
     webhook.stop()
-    for node in control_plane.core().list_node(label_selector="image-preflight.test/group=faults").items:
-        control_plane.core().delete_node(node.metadata.name)
     if path := os.environ.get("IMAGE_PREFLIGHT_FIGURES"):
         with open(path, "a", encoding="utf-8") as out:
             out.write(json.dumps(FIGURES) + "\n")

@@ -64,7 +64,10 @@ def webhook(control_plane, deployed, nodes, tmp_path_factory):
     served.start()
     # The apiserver picks the configuration up from its informer: wait until it calls us.
     namespace = _namespace(control_plane, ENFORCE_LABEL)
-    wait_for(lambda: _dry_run_denied(control_plane, namespace), "the apiserver calls the webhook", timeout_s=30)
+    try:
+        wait_for(lambda: _dry_run_denied(control_plane, namespace), "the apiserver calls the webhook", timeout_s=60)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\nserve:\n{served.tail()}\nkube-apiserver:\n{control_plane.apiserver.tail()}") from None
     yield served
     served.stop()
 

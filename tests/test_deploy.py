@@ -444,7 +444,7 @@ def test_deployment_runs_two_spread_replicas_of_this_version(render):
 def test_deployment_arguments_are_valid_serve_flags_reading_the_mounted_secret(render):
     spec = _pod_spec(_docs(render, "base"))
     container = spec["containers"][0]
-    args = build_parser().parse_args(["serve", *container["args"]])
+    args = build_parser()[0].parse_args(["serve", *container["args"]])
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == "tls"]
     assert args.tls_cert == Path(mount["mountPath"]) / "tls.crt"
     assert args.tls_key == Path(mount["mountPath"]) / "tls.key"

@@ -141,7 +141,7 @@ class Webhook:
 
 
 def serve_args(certs: Path, *extra: str):
-    return build_parser().parse_args([
+    return build_parser()[0].parse_args([
         "serve", "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
         "--host", "127.0.0.1", "--port", "0", *extra,
     ])

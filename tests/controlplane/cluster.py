@@ -9,6 +9,7 @@ controller keeps them Ready and lifts the not-ready taint that admission puts on
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime as dt
 import json
 import os
@@ -402,17 +403,22 @@ def wait_for(condition, what: str, timeout_s: float = 60.0, interval_s: float = 
         time.sleep(interval_s)
 
 
-@pytest.fixture(scope="session")
-def control_plane(tmp_path_factory) -> Iterator[ControlPlane]:
+@contextlib.contextmanager
+def running_control_plane(folder: Path) -> Iterator[ControlPlane]:
     require_control_plane()
-    plane = ControlPlane(tmp_path_factory.mktemp("controlplane"))
+    plane = ControlPlane(folder)
     try:
         plane.start()
-    except Exception:
+        yield plane
+    finally:
         plane.stop()
-        raise
-    yield plane
-    plane.stop()
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory) -> Iterator[ControlPlane]:
+    """The cluster the tests share. Tests that restart or compact it use one of their own."""
+    with running_control_plane(tmp_path_factory.mktemp("controlplane")) as plane:
+        yield plane
 
 
 def apply_service_accounts(plane: ControlPlane) -> None:
