@@ -23,6 +23,7 @@ from tests.test_deploy import SELF_SIGNED, deploy_copy  # noqa: F401 - fixture
 GROUP = {"key": "image-preflight.test/group", "value": "faults", "effect": "NoSchedule"}
 LABELS = {"image-preflight.test/group": "faults"}
 IMAGE = "swe-smith/task-faults:openai"
+OTHER = [_names("swe-smith/task-other:openai", "d")]  # a list without IMAGE (an empty one proves nothing)
 BOUND_S = 20.0  # generous: the watch delivers within a second here; CI machines are shared
 FIGURES: dict[str, float] = {}
 
@@ -90,10 +91,10 @@ def test_decisions_follow_nodes_added_changed_cordoned_and_removed(control_plane
     assert _allowed(served)
     # A new node counts once the node lifecycle controller has lifted its not-ready taint.
     _follows("node added (and made Ready)", served, lambda: create_node(
-        control_plane, "faults-2", images=[], labels=LABELS, taints=[GROUP], wait_ready=False), allowed=False)
+        control_plane, "faults-2", images=OTHER, labels=LABELS, taints=[GROUP], wait_ready=False), allowed=False)
     _follows("images changed", served, lambda: set_node_images(control_plane, "faults-2", [_names(IMAGE, "c")]),
              allowed=True)
-    _follows("image removed", served, lambda: set_node_images(control_plane, "faults-2", []), allowed=False)
+    _follows("image removed", served, lambda: set_node_images(control_plane, "faults-2", OTHER), allowed=False)
     _follows("node cordoned", served, lambda: core.patch_node("faults-2", {"spec": {"unschedulable": True}}),
              allowed=True)
     core.patch_node("faults-2", {"spec": {"unschedulable": False}})
@@ -110,7 +111,7 @@ def test_a_watch_resumed_after_compaction_gets_410_and_relists(control_plane, se
     served.popen.send_signal(signal.SIGSTOP)
     try:
         control_plane.restart_apiserver()
-        create_node(control_plane, "faults-3", images=[], labels=LABELS, taints=[GROUP], wait_ready=False)
+        create_node(control_plane, "faults-3", images=OTHER, labels=LABELS, taints=[GROUP], wait_ready=False)
         for i in range(5):
             core.patch_node("faults-3", {"metadata": {"labels": {"image-preflight.test/touch": str(i)}}})
         control_plane.compact_etcd()
@@ -130,6 +131,6 @@ def test_decisions_follow_changes_made_after_an_apiserver_restart(control_plane,
     # An image change takes effect at once; a new node would first wait for the node lifecycle
     # controller (itself reconnecting) to lift its not-ready taint.
     _follows("apiserver restarted, then images changed", served,
-             lambda: set_node_images(control_plane, "faults-1", []), allowed=False)
+             lambda: set_node_images(control_plane, "faults-1", OTHER), allowed=False)
     set_node_images(control_plane, "faults-1", [_names(IMAGE, "c")])
     wait_for(lambda: _allowed(served), "faults-1 holds the image again")

@@ -382,3 +382,15 @@ def test_dump_and_scan_read_the_live_cluster(control_plane, webhook, tmp_path):
                  "--out-dir", str(out)]) == 0
     kept = [json.loads(line)["instance_id"] for line in (out / "train.jsonl").read_text().splitlines()]
     assert kept == [0]
+
+
+def test_the_apiserver_adds_exactly_the_default_tolerations_the_decision_assumes(control_plane):
+    """DefaultTolerationSeconds, on by default in kube-apiserver: what a Pod gains at admission is
+    image_preflight.core.scheduling.ADMISSION_TOLERATIONS."""
+    from image_preflight.core.scheduling import ADMISSION_TOLERATIONS
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+           "spec": {"containers": [{"name": "c", "image": HELD}]}}
+    stored = control_plane.core().create_namespaced_pod(_namespace(control_plane), pod, dry_run="All")
+    assert {(t.key, t.operator, t.effect, t.toleration_seconds) for t in stored.spec.tolerations} == {
+        (t.key, t.operator, t.effect, 300) for t in ADMISSION_TOLERATIONS}

@@ -1,14 +1,13 @@
 """image_preflight.core.images against the distribution/reference conformance data, plus the hot-path cache.
 
-The data lives outside the project (../shared/conformance/image-references.json, or the folder
-named by IMAGE_PREFLIGHT_CONFORMANCE) and is read in place, never copied.
+The data (tests/data/conformance/image-references.json) states what github.com/distribution/reference
+gives for each input; it travels with the project so that a fresh clone runs every case.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import os
 import pickle
 from pathlib import Path
 
@@ -18,15 +17,8 @@ from image_preflight.core import images
 from image_preflight.core.images import InvalidReference
 
 
-def _data_file() -> Path:
-    folder = os.environ.get("IMAGE_PREFLIGHT_CONFORMANCE")
-    base = Path(folder) if folder else Path(__file__).resolve().parents[2] / "shared" / "conformance"
-    return base / "image-references.json"
-
-
-DATA_FILE = _data_file()
-DATA = json.loads(DATA_FILE.read_text(encoding="utf-8")) if DATA_FILE.is_file() else None
-MISSING = f"conformance data not found at {DATA_FILE} (set IMAGE_PREFLIGHT_CONFORMANCE to its folder)"
+DATA_FILE = Path(__file__).resolve().parent / "data" / "conformance" / "image-references.json"
+DATA = json.loads(DATA_FILE.read_text(encoding="utf-8"))
 
 SHA512 = "sha512 registered"  # the default, as in docker and containerd builds
 SHA256_ONLY = "sha256 only"  # as the upstream tests and the oracle were built
@@ -41,15 +33,11 @@ def _id(text: str) -> str:
 
 
 def _cases(section: str, key: str = "input") -> list:
-    if DATA is None:
-        return [pytest.param(None, id="no-data", marks=pytest.mark.skip(reason=MISSING))]
     entries = DATA[section]
     return [pytest.param(entry, id=_id(entry[key])) for entry in entries]
 
 
 def _component_cases() -> list:
-    if DATA is None:
-        return [pytest.param(None, None, id="no-data", marks=pytest.mark.skip(reason=MISSING))]
     return [
         pytest.param(kind, entry, id=f"{kind}:{_id(entry['input'])}")
         for kind, entries in DATA["components"].items()
@@ -78,10 +66,6 @@ def _raises(expected: dict, call) -> None:
 
 
 def test_conformance_data_present():
-    if DATA is None:
-        if os.environ.get("CI"):
-            pytest.fail(MISSING)
-        pytest.skip(MISSING)
     assert {"parse", "normalize", "parse_any", "with_name", "parse_named", "compose", "components"} <= set(DATA)
 
 

@@ -116,7 +116,7 @@ def test_nodes_added_changed_and_removed_change_the_decision(control_plane, case
     set_node_images(control_plane, cpu2, image_names(HELD, ABSENT))
     wait_until(watched.allows, "the node reporting the image allows again")
 
-    cpu3 = cpu_node(case, "cpu-3")
+    cpu3 = cpu_node(case, "cpu-3", filler=1)  # an empty list would prove nothing
     wait_until(watched.denies_naming(cpu3), "another node lacking the image denies")
     control_plane.core().delete_node(cpu3)
     wait_until(watched.allows, "the deleted node no longer counts")
@@ -125,7 +125,7 @@ def test_nodes_added_changed_and_removed_change_the_decision(control_plane, case
 
 def test_taints_from_the_watch_decide_eligibility(control_plane, case, watch_cluster):
     cpu_node(case, "cpu-1", ABSENT)
-    gpu1 = cpu_node(case, "gpu-1", taints=[PARKED, GPU_TAINT])
+    gpu1 = cpu_node(case, "gpu-1", filler=1, taints=[PARKED, GPU_TAINT])
     case.wait_ready()
     watched = watch_cluster()
     wait_until(watched.inventory.synced.is_set, "the first list completes")

@@ -344,7 +344,7 @@ def test_node_selector_matching_no_node_is_no_eligible_node(work):
 
 def test_tainted_node_is_not_eligible(work):
     write_nodes(work / "two.json", node("gpu", ["good:openai"], taints=[{"key": "gpu", "effect": "NoSchedule"}]),
-                node("cpu", []))
+                node("cpu", ["other:openai"]))
     write_jsonl(work / "train.jsonl", rows_of("good"))
     assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "two.json", "--report", "r.json"]) == 0
     (dropped,) = json.loads((work / "r.json").read_text())["dropped"]

@@ -1,6 +1,7 @@
 import pytest
 
 from image_preflight.core.scheduling import (
+    as_admitted,
     REASON_AFFINITY,
     REASON_NODE_NAME,
     REASON_UNSCHEDULABLE,
@@ -338,14 +339,22 @@ def test_toleration_object_directly():
 
 
 def test_reasons_follow_the_scheduler_plugin_order():
-    spec = {"nodeName": "other", "nodeSelector": {"zone": "a"}}
-    p = placement(**spec)
-    worst = node("n1", taints=[DEDICATED], unschedulable=True)
-    assert unschedulable_reason(p, worst) == REASON_UNSCHEDULABLE
-    assert unschedulable_reason(p, node("n1", taints=[DEDICATED])) == REASON_NODE_NAME
-    assert unschedulable_reason(placement(nodeSelector={"zone": "a"}), node(taints=[DEDICATED])).startswith(
-        "node(s) had untolerated taint"
-    )
+    p = placement(nodeSelector={"zone": "a"})
+    assert unschedulable_reason(p, node("n1", taints=[DEDICATED], unschedulable=True)) == REASON_UNSCHEDULABLE
+    assert unschedulable_reason(p, node("n1", taints=[DEDICATED])).startswith("node(s) had untolerated taint")
+    assert unschedulable_reason(p, node("n1")) == REASON_AFFINITY
+
+
+def test_a_pod_naming_its_node_is_admitted_by_the_kubelet_not_the_scheduler():
+    """pkg/kubelet/lifecycle/predicate.go, generalFilter: scheduler.AdmissionCheck (node affinity
+    and selector, node name) and NoExecute taints only. A cordon or a NoSchedule taint does not
+    keep the pod off, so it pulls there (and waits there for a missing image)."""
+    named = placement(nodeName="n1", nodeSelector={"zone": "a"})
+    assert unschedulable_reason(named, node("n1", taints=[DEDICATED], unschedulable=True, zone="a")) is None
+    evicting = node("n1", taints=[Taint("spot", "", "NoExecute")], zone="a")
+    assert unschedulable_reason(named, evicting).startswith("node(s) had untolerated taint")
+    assert unschedulable_reason(named, node("n1", zone="b")) == REASON_AFFINITY
+    assert unschedulable_reason(named, node("n2", zone="a")) == REASON_NODE_NAME
 
 
 def test_filters_keep_the_nodes_every_filter_passes():
@@ -556,3 +565,14 @@ def test_scheduling_spec_error_is_a_value_error():
 
 def eligible(spec: dict, nodes: list[NodeTraits]) -> list[str]:
     return [n.name for n in nodes if unschedulable_reason(placement(**spec), n) is None]
+
+
+def test_admission_adds_the_default_not_ready_and_unreachable_tolerations():
+    """plugin/pkg/admission/defaulttolerationseconds/admission.go: a node tainted only
+    not-ready/unreachable NoExecute still takes new pods (the scheduler tolerates them for 300 s)."""
+    unreachable = node("n1", taints=[Taint("node.kubernetes.io/unreachable", "", "NoExecute")])
+    assert unschedulable_reason(placement(), unreachable) is not None
+    assert unschedulable_reason(as_admitted(placement()), unreachable) is None
+    not_ready = node("n1", taints=[Taint("node.kubernetes.io/not-ready", "", "NoExecute"),
+                                   Taint("node.kubernetes.io/not-ready", "", "NoSchedule")])
+    assert unschedulable_reason(as_admitted(placement()), not_ready).startswith("node(s) had untolerated taint")

@@ -268,11 +268,17 @@ def test_node_status_reads_names_traits_and_time():
     assert images.traits.unschedulable is True
 
 
-def test_node_without_images_is_an_empty_complete_list():
+@pytest.mark.parametrize("images", [None, []], ids=["absent", "empty"])
+def test_node_without_images_proves_nothing(images):
+    """pkg/kubelet/nodestatus/setters.go, Images: a kubelet that could not list its images
+    reports none, so an empty list is unknown, not proof that the node holds nothing."""
     node = kube_node("fresh")
-    del node["status"]["images"]
-    images = node_images_from_node(node)
-    assert images.refs == frozenset() and images.complete
+    if images is None:
+        del node["status"]["images"]
+    else:
+        node["status"]["images"] = images
+    listed = node_images_from_node(node)
+    assert listed.refs == frozenset() and not listed.complete
 
 
 @pytest.mark.parametrize(

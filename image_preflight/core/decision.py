@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from image_preflight.core.images import InvalidReference
 from image_preflight.core.inventory import Inventory, NodeImages, image_key
-from image_preflight.core.scheduling import PodPlacement, unschedulable_reason
+from image_preflight.core.scheduling import PodPlacement, as_admitted, unschedulable_reason
 from image_preflight.core.workloads import ContainerImage, container_images
 
 # Image statuses.
@@ -68,7 +68,8 @@ def decide(
     spec: Mapping, inventory: Inventory, *, require: str = REQUIRE_ALL, now: float | None = None
 ) -> Decision:
     """Raises WorkloadError or SchedulingSpecError when the spec cannot be read."""
-    return decide_images(container_images(spec), PodPlacement.from_pod_spec(spec), inventory, require=require, now=now)
+    placement = as_admitted(PodPlacement.from_pod_spec(spec))
+    return decide_images(container_images(spec), placement, inventory, require=require, now=now)
 
 
 def decide_images(

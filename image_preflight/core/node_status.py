@@ -24,6 +24,9 @@ def node_images_from_node(
         raise ValueError(f"node {name}: status.images: not a list")
     names: list[str] = []
     truncated = max_images is not None and max_images >= 0 and len(images) >= max_images
+    # A kubelet that could not list its images reports none (pkg/kubelet/nodestatus/setters.go,
+    # Images): an empty list proves nothing.
+    truncated = truncated or not images
     for index, image in enumerate(images):
         if not isinstance(image, Mapping):
             raise ValueError(f"node {name}: status.images[{index}]: not an object")

@@ -2,7 +2,7 @@
 
 Covers NodeUnschedulable, NodeName, TaintToleration and NodeAffinity, checked in the
 scheduler's default plugin order; the first plugin that rejects a node gives the reason,
-worded as kube-scheduler words it. Matching follows k8s.io/component-helpers
+worded as kube-scheduler words it. A pod that names its node is admitted by the kubelet instead. Matching follows k8s.io/component-helpers
 (scheduling/corev1 and its nodeaffinity package) and k8s.io/apimachinery labels.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -207,8 +207,24 @@ class PodPlacement:
         return cls(node_name, node_selector, terms, tolerations, tuple(errors))
 
 
+# plugin/pkg/admission/defaulttolerationseconds/admission.go (on by default): every Pod is admitted
+# tolerating these NoExecute taints for 300 s, so a node that carries only them still takes it.
+ADMISSION_TOLERATIONS = (
+    Toleration("node.kubernetes.io/not-ready", "Exists", "", NO_EXECUTE),
+    Toleration("node.kubernetes.io/unreachable", "Exists", "", NO_EXECUTE),
+)
+
+
+def as_admitted(placement: PodPlacement) -> PodPlacement:
+    """The placement of the Pod the apiserver will store: a workload's template, or a Pod seen
+    before admission, gains the default tolerations (a duplicate tolerates nothing new)."""
+    return replace(placement, tolerations=placement.tolerations + ADMISSION_TOLERATIONS)
+
+
 def unschedulable_reason(placement: PodPlacement, node: NodeTraits) -> str | None:
     """None when the pod can land on the node, else kube-scheduler's reason for the first failing filter."""
+    if placement.node_name is not None:
+        return _kubelet_admission_reason(placement, node)
     tolerations = placement.tolerations
     # NodeUnschedulable: a pod tolerating the unschedulable taint also tolerates spec.unschedulable.
     if node.unschedulable and not _tolerated(tolerations, _UNSCHEDULABLE_TAINT):
@@ -221,6 +237,20 @@ def unschedulable_reason(placement: PodPlacement, node: NodeTraits) -> str | Non
             return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
     if not _affinity_matches(placement, node):
         return REASON_AFFINITY
+    return None
+
+
+def _kubelet_admission_reason(placement: PodPlacement, node: NodeTraits) -> str | None:
+    """A pod with spec.nodeName skips the scheduler: the kubelet admits it (pkg/kubelet/lifecycle/
+    predicate.go, generalFilter: scheduler.AdmissionCheck, then NoExecute taints). A cordon or a
+    NoSchedule taint does not keep it off the node, so the node's images still decide."""
+    if not _affinity_matches(placement, node):
+        return REASON_AFFINITY
+    if placement.node_name != node.name:
+        return REASON_NODE_NAME
+    for taint in node.taints:
+        if taint.effect == NO_EXECUTE and not _tolerated(placement.tolerations, taint):
+            return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
     return None
 
 

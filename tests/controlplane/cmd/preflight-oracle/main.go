@@ -4,7 +4,9 @@
 // It reads one JSON object per line on stdin and writes one JSON object per line on stdout:
 //
 //	{"kind":"reference","ref":"..."}          distribution/reference, as the kubelet links it
-//	{"kind":"eligible","pod":{...},"node":{...}}  kube-scheduler's filter plugins, default order
+//	{"kind":"eligible","pod":{...},"node":{...}}  where the pod may run: kube-scheduler's filter
+//	    plugins in the default order, or for a pod with spec.nodeName (no scheduler) the kubelet's
+//	    admission, pkg/kubelet/lifecycle/predicate.go generalFilter
 package main
 
 import (
@@ -20,7 +22,10 @@ import (
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 	v1 "k8s.io/api/core/v1"
+	v1helper "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
@@ -152,6 +157,9 @@ func eligible(podSpec, nodeJSON json.RawMessage) (map[string]any, error) {
 	}
 	info := framework.NewNodeInfo()
 	info.SetNode(node)
+	if pod.Spec.NodeName != "" {
+		return kubeletAdmission(pod, info), nil
+	}
 	for _, f := range filters {
 		status := f.Filter(context.Background(), framework.NewCycleState(), pod, info)
 		if !status.IsSuccess() {
@@ -159,6 +167,23 @@ func eligible(podSpec, nodeJSON json.RawMessage) (map[string]any, error) {
 		}
 	}
 	return map[string]any{"eligible": true}, nil
+}
+
+// kubeletAdmission is generalFilter of pkg/kubelet/lifecycle/predicate.go, which is unexported:
+// the same calls in the same order. Resource fit is left out (the cases carry no requests, and
+// the decision does not model node resources).
+func kubeletAdmission(pod *v1.Pod, info *framework.NodeInfo) map[string]any {
+	for _, r := range scheduler.AdmissionCheck(pod, info, true) {
+		if r.InsufficientResource == nil {
+			return map[string]any{"eligible": false, "plugin": r.Name, "reasons": []string{r.Reason}}
+		}
+	}
+	_, untolerated := v1helper.FindMatchingUntoleratedTaint(klog.Background(), info.Node().Spec.Taints,
+		pod.Spec.Tolerations, func(t *v1.Taint) bool { return t.Effect == v1.TaintEffectNoExecute }, false)
+	if untolerated {
+		return map[string]any{"eligible": false, "plugin": tainttoleration.Name}
+	}
+	return map[string]any{"eligible": true}
 }
 
 func main() {
