@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import jinja2
 from jinja2 import nodes
 
-from image_preflight.core.workloads import CONTAINER_FIELDS, SCHEDULING_FIELDS
+from image_preflight.core.workloads import CONTAINER_FIELDS, SCHEDULING_FIELDS, VOLUMES
 
 _MARKER = "image-preflight-slot-{}-5d1f"
 _SLOT_NAMES = frozenset({"input", "job_name"})
@@ -139,6 +139,12 @@ def decision_fields(spec: Mapping) -> dict:
                 for c in value
             ]
         fields[field] = value
+    volumes = spec.get(VOLUMES)
+    if isinstance(volumes, list):
+        # Only image volumes pull; their names only label messages.
+        fields[VOLUMES] = [v["image"] for v in volumes if isinstance(v, Mapping) and "image" in v]
+    elif volumes is not None:
+        fields[VOLUMES] = volumes
     for field in SCHEDULING_FIELDS:
         if field in spec:
             fields[field] = spec[field]

@@ -394,3 +394,17 @@ def test_the_apiserver_adds_exactly_the_default_tolerations_the_decision_assumes
     stored = control_plane.core().create_namespaced_pod(_namespace(control_plane), pod, dry_run="All")
     assert {(t.key, t.operator, t.effect, t.toleration_seconds) for t in stored.spec.tolerations} == {
         (t.key, t.operator, t.effect, 300) for t in ADMISSION_TOLERATIONS}
+
+
+def test_the_apiserver_defaults_an_image_volume_pull_policy_as_the_decision_does(control_plane):
+    """Image volumes are on by default from 1.35; the stored pullPolicy is what
+    image_preflight.core.workloads computes for a volume without one."""
+    from image_preflight.core.workloads import container_images
+
+    spec = {"containers": [{"name": "c", "image": HELD}],
+            "volumes": [{"name": "tagged", "image": {"reference": HELD}},
+                        {"name": "untagged", "image": {"reference": "swe-smith/tools"}}]}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
+    stored = control_plane.core().create_namespaced_pod(_namespace(control_plane), pod, dry_run="All")
+    assert {v.name: v.image.pull_policy for v in stored.spec.volumes if v.image} == {
+        i.container: i.pull_policy for i in container_images(spec) if i.field == "volumes"}

@@ -448,3 +448,22 @@ def test_job_against_a_single_node_crictl_snapshot():
     spec = pod_spec_of(rollout_job(SWE, nodeSelector={"pool": "rollout"}))
     assert decide(spec, inventory).outcome == ALLOW
     assert decide(pod_spec_of(rollout_job("python:3.11")), inventory).outcome == DENY
+
+
+def test_an_image_id_is_unknown_against_node_status_and_decided_by_a_runtime_list():
+    """pkg/kubelet/nodestatus/setters.go, Images: node status lists RepoDigests and RepoTags, never
+    the image ID the runtime resolves `sha256:<hex>` by; only a list carrying IDs can prove it absent."""
+    status = node("n1", SWE)  # from node status: names only
+    assert statuses(decide(pod(DIGEST), inv(status))) == [UNKNOWN]
+    runtime_list = node("n1", SWE, ids=["sha256:" + "e" * 64])
+    assert statuses(decide(pod(DIGEST), inv(runtime_list))) == [MISSING]
+    assert statuses(decide(pod(DIGEST), inv(node("n1", SWE, ids=[DIGEST])))) == [PRESENT]
+
+
+def test_a_missing_image_volume_denies_and_is_named_as_a_volume():
+    from image_preflight.core.messages import denial_message
+
+    spec = pod(SWE, volumes=[{"name": "tools", "image": {"reference": "swe/tools:v1"}}])
+    decision = decide(spec, inv(node("n1", SWE)))
+    assert decision.outcome == DENY and statuses(decision) == [PRESENT, MISSING]
+    assert "image 'swe/tools:v1' (volume 'tools', imagePullPolicy IfNotPresent) is absent" in denial_message(decision)

@@ -199,3 +199,29 @@ def test_only_always_ignores_the_node(policy, dependent):
 def test_bad_shapes_name_the_field(spec, message):
     with pytest.raises(WorkloadError, match=message):
         container_images(spec)
+
+
+def test_image_volumes_are_pulled_like_containers_with_the_same_defaulting():
+    """pkg/apis/core/v1/defaults.go, SetDefaults_Volume: an image volume's pullPolicy defaults as a
+    container's does; the kubelet pulls `reference` before the pod starts."""
+    spec = {"containers": [{"name": "agent", "image": "swe/task:openai"}],
+            "volumes": [{"name": "tools", "image": {"reference": "swe/tools:v1"}},
+                        {"name": "latest", "image": {"reference": "swe/tools", "pullPolicy": ""}},
+                        {"name": "never", "image": {"reference": "swe/tools:v1", "pullPolicy": "Never"}},
+                        {"name": "scripts", "configMap": {"name": "agent-scripts"}}]}
+    found = [(i.field, i.container, i.image, i.pull_policy) for i in container_images(spec)]
+    assert found == [("containers", "agent", "swe/task:openai", "IfNotPresent"),
+                     ("volumes", "tools", "swe/tools:v1", "IfNotPresent"),
+                     ("volumes", "latest", "swe/tools", "Always"),
+                     ("volumes", "never", "swe/tools:v1", "Never")]
+    assert container_images(spec)[1].label == "volume 'tools'"
+
+
+@pytest.mark.parametrize(("volume", "field"), [
+    ({"name": "v", "image": {}}, "spec.volumes[0].image.reference"),
+    ({"name": "v", "image": "swe/tools:v1"}, "spec.volumes[0].image"),
+    ({"name": "v", "image": {"reference": "a:1", "pullPolicy": "Sometimes"}}, "spec.volumes[0].image.pullPolicy"),
+])
+def test_an_unreadable_image_volume_names_its_field(volume, field):
+    with pytest.raises(WorkloadError, match=field.replace("[", r"\[").replace("]", r"\]")):
+        container_images({"containers": [], "volumes": [volume]})

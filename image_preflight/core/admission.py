@@ -10,7 +10,14 @@ from image_preflight.core import messages
 from image_preflight.core.decision import ALLOW, DENY, REQUIRE_ALL, decide
 from image_preflight.core.inventory import Inventory
 from image_preflight.core.scheduling import SchedulingSpecError
-from image_preflight.core.workloads import CONTAINER_FIELDS, SCHEDULING_FIELDS, WORKLOAD_KINDS, WorkloadError, pod_spec_of
+from image_preflight.core.workloads import (
+    CONTAINER_FIELDS,
+    SCHEDULING_FIELDS,
+    VOLUMES,
+    WORKLOAD_KINDS,
+    WorkloadError,
+    pod_spec_of,
+)
 
 API_VERSION = "admission.k8s.io/v1"
 ENFORCE, WARN, AUDIT = "enforce", "warn", "audit"
@@ -140,7 +147,8 @@ def _placement_or_images(obj: object) -> object:
         for f in CONTAINER_FIELDS
         for c in (spec.get(f) or [])
         if isinstance(c, Mapping)
-    )
+    ) + tuple(json.dumps(v.get("image"), sort_keys=True, default=str)
+              for v in (spec.get(VOLUMES) or []) if isinstance(v, Mapping) and "image" in v)
     return containers, json.dumps([spec.get(f) for f in SCHEDULING_FIELDS], sort_keys=True, default=str)
 
 

@@ -106,7 +106,7 @@ def _verdict(image: ContainerImage, nodes: list[NodeImages], require: str, now: 
     for node in nodes:
         if node.holds(key):
             holders += 1
-        elif node.conclusive(now):
+        elif node.conclusive(now, key):
             missing.append(node.node)
         else:
             unknown.append(node.node)

@@ -25,6 +25,11 @@ def image_key(image: str) -> str:
     return docker_ref(image)
 
 
+def is_image_id(key: str) -> bool:
+    """Whether image_key() gave an image ID (a bare digest) rather than a name."""
+    return key.startswith(_ID_PREFIXES)
+
+
 def _keys(names: Iterable[str]) -> frozenset[str]:
     keys = set()
     for name in names:
@@ -64,9 +69,11 @@ class NodeImages:
     def holds(self, key: str) -> bool:
         return key in self.refs or key in self.ids
 
-    def conclusive(self, now: float | None) -> bool:
-        """Whether an absent name here means the node lacks the image."""
-        if not self.complete:
+    def conclusive(self, now: float | None, key: str = "") -> bool:
+        """Whether `key` absent here means the node lacks the image. Node status lists names only
+        (pkg/kubelet/nodestatus/setters.go, Images: RepoDigests and RepoTags), so an image ID is
+        proven absent only by a list that carries IDs, such as the runtime's."""
+        if not self.complete or (is_image_id(key) and not self.ids):
             return False
         return self.expires_at is None or now is None or now < self.expires_at
 

@@ -25,14 +25,14 @@ def _nodes(names: tuple[str, ...]) -> str:
 def _missing_clause(verdict: ImageVerdict) -> str:
     image = verdict.image
     return (
-        f"image {image.image!r} (container {image.container!r}, imagePullPolicy {image.pull_policy}) "
+        f"image {image.image!r} ({image.label}, imagePullPolicy {image.pull_policy}) "
         f"is absent from eligible node(s) {_nodes(verdict.missing_on)}"
     )
 
 
 def denial_message(decision: Decision) -> str:
     invalid = [v for v in decision.verdicts if v.status == INVALID]
-    parts = [f"invalid image reference {v.image.image!r} in container {v.image.container!r}" for v in invalid]
+    parts = [f"invalid image reference {v.image.image!r} in {v.image.label}" for v in invalid]
     parts += [_missing_clause(v) for v in decision.verdicts if v.status == MISSING]
     advice = ""
     if any(v.status == MISSING for v in decision.verdicts):
@@ -52,7 +52,7 @@ def unconfirmed_message(decision: Decision) -> str:
     if not decision.eligible:
         return "invalid: no node in the inventory can run this pod, so its images cannot be confirmed (--unknown deny)"
     clauses = [
-        f"image {v.image.image!r} (container {v.image.container!r}) is not confirmed on {_nodes(v.unknown_on)}"
+        f"image {v.image.image!r} ({v.image.label}) is not confirmed on {_nodes(v.unknown_on)}"
         for v in decision.verdicts
         if v.status == UNKNOWN
     ]

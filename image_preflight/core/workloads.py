@@ -10,6 +10,7 @@ from image_preflight.core.images import InvalidReference, parse_normalized
 ALWAYS, IF_NOT_PRESENT, NEVER = "Always", "IfNotPresent", "Never"
 PULL_POLICIES = (ALWAYS, IF_NOT_PRESENT, NEVER)
 CONTAINER_FIELDS = ("initContainers", "containers", "ephemeralContainers")
+VOLUMES = "volumes"  # image volumes (volumes[].image, on by default from 1.35) are pulled like containers
 SCHEDULING_FIELDS = ("nodeName", "nodeSelector", "affinity", "tolerations")  # what image_preflight.core.scheduling reads
 
 # Where each kind keeps its pod spec (apps/v1, batch/v1, core/v1).
@@ -33,10 +34,15 @@ class WorkloadError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class ContainerImage:
-    container: str  # container name
-    field: str  # "containers", "initContainers" or "ephemeralContainers"
+    container: str  # container name, or volume name for an image volume
+    field: str  # "containers", "initContainers", "ephemeralContainers" or "volumes"
     image: str  # as written in the spec
     pull_policy: str  # effective policy: declared, or defaulted as the apiserver does
+
+    @property
+    def label(self) -> str:
+        """How messages name where the image is used: "container 'agent'" or "volume 'tools'"."""
+        return f"{'volume' if self.field == VOLUMES else 'container'} {self.container!r}"
 
     @property
     def node_dependent(self) -> bool:
@@ -97,4 +103,29 @@ def container_images(spec: Mapping) -> list[ContainerImage]:
                 raise WorkloadError(f"{where}.imagePullPolicy: {policy!r} is not one of {', '.join(PULL_POLICIES)}")
             name = container.get("name")
             found.append(ContainerImage(str(name) if name else f"#{index}", field, image, policy))
+    return found + _volume_images(spec)
+
+
+def _volume_images(spec: Mapping) -> list[ContainerImage]:
+    """The kubelet pulls an image volume's reference as it pulls a container's image, with the same
+    pull-policy defaulting (pkg/apis/core/v1/defaults.go, SetDefaults_Volume)."""
+    volumes = spec.get(VOLUMES) or []
+    if not isinstance(volumes, list):
+        raise WorkloadError(f"spec.{VOLUMES}: not a list")
+    found = []
+    for index, volume in enumerate(volumes):
+        source = volume.get("image") if isinstance(volume, Mapping) else None
+        if source is None:
+            continue
+        where = f"spec.{VOLUMES}[{index}].image"
+        if not isinstance(source, Mapping):
+            raise WorkloadError(f"{where}: not a mapping")
+        reference = source.get("reference")
+        if not isinstance(reference, str) or not reference:
+            raise WorkloadError(f"{where}.reference: missing or not a string")
+        policy = source.get("pullPolicy") or default_pull_policy(reference)
+        if policy not in PULL_POLICIES:
+            raise WorkloadError(f"{where}.pullPolicy: {policy!r} is not one of {', '.join(PULL_POLICIES)}")
+        name = volume.get("name")
+        found.append(ContainerImage(str(name) if name else f"#{index}", VOLUMES, reference, policy))
     return found
