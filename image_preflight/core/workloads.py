@@ -85,47 +85,41 @@ def pod_spec_of(obj: Mapping) -> Mapping:
 
 
 def container_images(spec: Mapping) -> list[ContainerImage]:
-    """Every container's image with its effective pull policy, init containers first."""
+    """Every image the pod pulls, with its effective pull policy: init, regular and ephemeral
+    containers, then image volumes."""
     found: list[ContainerImage] = []
     for field in CONTAINER_FIELDS:
-        containers = spec.get(field) or []
-        if not isinstance(containers, list):
-            raise WorkloadError(f"spec.{field}: not a list")
-        for index, container in enumerate(containers):
-            where = f"spec.{field}[{index}]"
+        for index, container in _entries(spec, field):
             if not isinstance(container, Mapping):
-                raise WorkloadError(f"{where}: not a mapping")
-            image = container.get("image")
-            if not isinstance(image, str) or not image:
-                raise WorkloadError(f"{where}.image: missing or not a string")
-            policy = container.get("imagePullPolicy") or default_pull_policy(image)
-            if policy not in PULL_POLICIES:
-                raise WorkloadError(f"{where}.imagePullPolicy: {policy!r} is not one of {', '.join(PULL_POLICIES)}")
-            name = container.get("name")
-            found.append(ContainerImage(str(name) if name else f"#{index}", field, image, policy))
-    return found + _volume_images(spec)
-
-
-def _volume_images(spec: Mapping) -> list[ContainerImage]:
-    """The kubelet pulls an image volume's reference as it pulls a container's image, with the same
-    pull-policy defaulting (pkg/apis/core/v1/defaults.go, SetDefaults_Volume)."""
-    volumes = spec.get(VOLUMES) or []
-    if not isinstance(volumes, list):
-        raise WorkloadError(f"spec.{VOLUMES}: not a list")
-    found = []
-    for index, volume in enumerate(volumes):
+                raise WorkloadError(f"spec.{field}[{index}]: not a mapping")
+            found.append(_image(f"spec.{field}[{index}]", container, "image", "imagePullPolicy",
+                                field, container.get("name"), index))
+    # The kubelet pulls an image volume's reference as it pulls a container's image, with the same
+    # pull-policy defaulting (pkg/apis/core/v1/defaults.go, SetDefaults_Volume).
+    for index, volume in _entries(spec, VOLUMES):
         source = volume.get("image") if isinstance(volume, Mapping) else None
         if source is None:
             continue
         where = f"spec.{VOLUMES}[{index}].image"
         if not isinstance(source, Mapping):
             raise WorkloadError(f"{where}: not a mapping")
-        reference = source.get("reference")
-        if not isinstance(reference, str) or not reference:
-            raise WorkloadError(f"{where}.reference: missing or not a string")
-        policy = source.get("pullPolicy") or default_pull_policy(reference)
-        if policy not in PULL_POLICIES:
-            raise WorkloadError(f"{where}.pullPolicy: {policy!r} is not one of {', '.join(PULL_POLICIES)}")
-        name = volume.get("name")
-        found.append(ContainerImage(str(name) if name else f"#{index}", VOLUMES, reference, policy))
+        found.append(_image(where, source, "reference", "pullPolicy", VOLUMES, volume.get("name"), index))
     return found
+
+
+def _entries(spec: Mapping, field: str) -> list[tuple[int, object]]:
+    items = spec.get(field) or []
+    if not isinstance(items, list):
+        raise WorkloadError(f"spec.{field}: not a list")
+    return list(enumerate(items))
+
+
+def _image(where: str, source: Mapping, image_key: str, policy_key: str, field: str, name: object,
+           index: int) -> ContainerImage:
+    image = source.get(image_key)
+    if not isinstance(image, str) or not image:
+        raise WorkloadError(f"{where}.{image_key}: missing or not a string")
+    policy = source.get(policy_key) or default_pull_policy(image)
+    if policy not in PULL_POLICIES:
+        raise WorkloadError(f"{where}.{policy_key}: {policy!r} is not one of {', '.join(PULL_POLICIES)}")
+    return ContainerImage(str(name) if name else f"#{index}", field, image, policy)
