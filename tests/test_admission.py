@@ -291,6 +291,33 @@ def test_kueue_unsuspending_a_job_and_setting_its_node_selector_is_decided():
     assert outcome.operation == "UPDATE"
 
 
+def test_a_suspended_job_is_not_placed_yet_and_is_decided_when_unsuspended():
+    """pkg/controller/job/job_controller.go, syncJob: a suspended Job creates no pods. Kueue creates
+    Jobs suspended and unsuspends them later; only then are its pods placed."""
+    suspended = workload("Job", pod_spec(ABSENT))
+    suspended["spec"]["suspend"] = True
+    assert_untouched(decide(review(suspended)))
+    still = copy.deepcopy(suspended)
+    still["spec"]["template"]["metadata"]["labels"]["queue"] = "a"
+    assert_untouched(decide(review(still, operation="UPDATE", old=suspended)))
+    released = copy.deepcopy(suspended)
+    released["spec"]["suspend"] = False  # nothing else changes: decided all the same
+    assert response(decide(review(released, operation="UPDATE", old=suspended)))["allowed"] is False
+
+
+def test_a_gated_pod_is_not_placed_yet_and_is_decided_when_its_last_gate_goes():
+    """pkg/scheduler/framework/plugins/schedulinggates: a Pod with schedulingGates is not scheduled."""
+    gated = workload("Pod", pod_spec(ABSENT, schedulingGates=[{"name": "kueue.x-k8s.io/admission"},
+                                                               {"name": "example.com/quota"}]))
+    assert_untouched(decide(review(gated)))
+    one_left = copy.deepcopy(gated)
+    one_left["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
+    assert_untouched(decide(review(one_left, operation="UPDATE", old=gated)))
+    ungated = copy.deepcopy(gated)
+    ungated["spec"]["schedulingGates"] = []
+    assert response(decide(review(ungated, operation="UPDATE", old=one_left)))["allowed"] is False
+
+
 def test_an_update_to_the_image_is_decided():
     old = workload("Deployment", pod_spec(HELD))
     new = copy.deepcopy(old)

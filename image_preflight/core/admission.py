@@ -128,12 +128,30 @@ def _in_scope(request: Mapping, kind_info: Mapping, obj: Mapping) -> bool:
         return False
     if request.get("subResource"):
         return False
+    if not placeable(obj):
+        return False  # decided when it becomes placeable: its selector may still be narrowed
     operation = request.get("operation")
     if operation == "CREATE":
         return True
     if operation == "UPDATE":
-        return _placement_or_images(obj) != _placement_or_images(request.get("oldObject"))
+        old = request.get("oldObject")
+        return not placeable(old) or _placement_or_images(obj) != _placement_or_images(old)
     return False
+
+
+def placeable(obj: object) -> bool:
+    """Whether pods of `obj` may be placed now. A suspended Job creates no pods
+    (pkg/controller/job/job_controller.go, syncJob) and a Pod with schedulingGates is not
+    scheduled (pkg/scheduler/framework/plugins/schedulinggates); Kueue holds both, narrows the
+    selector and releases them with an UPDATE, which is then decided whatever else it changed."""
+    if not isinstance(obj, Mapping):
+        return True
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping):
+        return True
+    if obj.get("kind") == "Job" and spec.get("suspend") is True:
+        return False
+    return not (obj.get("kind") == "Pod" and spec.get("schedulingGates"))
 
 
 def _placement_or_images(obj: object) -> object:
