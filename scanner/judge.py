@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -197,12 +196,12 @@ def _nodes(groups: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
 
 
 def _freeze(value: object) -> object:
-    """A hashable stand-in that renders identically only when `value` does (types matter)."""
+    """A hashable stand-in equal only for values the template prints alike. Python equality is not
+    that: 0.0 == -0.0, {1: "a"} == {1.0: "a"}, and equal dicts may differ in order. Jinja prints
+    str(value), which for numbers and containers is repr(value)."""
     if value is MISSING or value is None or isinstance(value, (str, bool)):
         return value
-    if isinstance(value, (int, float)):
-        return (type(value).__name__, value)
-    return (type(value).__name__, json.dumps(value, default=repr))
+    return (type(value).__name__, repr(value))
 
 
 def make_template(template: str | None, image: str | None, *, name: str = "<template>") -> JobTemplate:

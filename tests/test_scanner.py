@@ -474,3 +474,14 @@ def test_a_reader_that_leaves_early_costs_no_traceback_and_no_report(tmp_path):
     assert "Traceback" not in stderr and "Exception ignored" not in stderr
     assert process.returncode == 1
     assert json.loads(report.read_text())["dropped"]
+
+
+@pytest.mark.parametrize("order", [(0.0, -0.0), (-0.0, 0.0)], ids=["zero-first", "minus-zero-first"])
+def test_values_equal_in_python_but_printed_differently_are_judged_apart(order):
+    """Jinja prints str(value): 0.0 renders "0.0:openai" (held here), -0.0 renders "-0.0:openai"
+    (not a valid reference). Whichever comes first, each row gets its own verdict."""
+    inventory = Inventory((NodeImages.from_names("n1", ["docker.io/library/0.0:openai"]),))
+    rows = [{"image_name": value} for value in order]
+    kept, dropped = filter_rows(rows, image="{{ input.image_name }}:openai", inventory=inventory)
+    assert [r["image_name"] for r in kept] == [0.0] and repr(kept[0]["image_name"]) == "0.0"
+    assert [(repr(row["image_name"]), verdict.reason) for _, row, verdict in dropped] == [("-0.0", "invalid")]
