@@ -48,7 +48,8 @@ def decide(workload_or_pod_spec: Mapping, inventory: Inventory, *, require: str 
     """
     kind = workload_or_pod_spec.get("kind") if isinstance(workload_or_pod_spec, Mapping) else None
     spec = pod_spec_of(workload_or_pod_spec) if kind in WORKLOAD_KINDS else workload_or_pod_spec
-    return core.decide(spec, inventory, require=require, now=time.time() if now is None else now)
+    return core.decide(spec, inventory, require=require, now=time.time() if now is None else now,
+                       kind=kind if kind in WORKLOAD_KINDS else "Pod")
 
 
 def filter_rows(rows: Iterable[Mapping], *, template: str | None = None, image: str | None = None,

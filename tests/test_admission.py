@@ -614,3 +614,15 @@ def test_the_readme_example_review_is_denied_against_the_example_nodes():
     assert response["status"]["code"] == 422
     assert "swesmith.x86_64.getmoto__moto.694ce1f4:openai" in response["status"]["message"]
     assert "cpu-node-1" in response["status"]["message"]
+
+
+def test_a_daemonset_is_decided_on_the_cordoned_nodes_its_controller_still_uses():
+    """pkg/controller/daemon: daemon pods tolerate a cordon, so a cordoned node lacking the image
+    gets a pod that waits in ImagePullBackOff."""
+    cordon = (Taint("node.kubernetes.io/unschedulable", "", "NoSchedule"),)
+    cordoned = NodeImages.from_names("cordoned", ["docker.io/library/other:1"],
+                                     traits=NodeTraits("cordoned", {"pool": "cpu"}, cordon, True))
+    inventory = Inventory((node("cpu-1", ABSENT), cordoned))
+    assert response(decide(review(workload("Deployment", pod_spec(ABSENT))), inventory))["allowed"] is True
+    denied = response(decide(review(workload("DaemonSet", pod_spec(ABSENT))), inventory))
+    assert denied["allowed"] is False and "cordoned" in denied["status"]["message"]

@@ -30,11 +30,13 @@ import pytest
 from image_preflight.core import images
 from image_preflight.core.images import InvalidReference
 from image_preflight.core.scheduling import (
+    DAEMON_TOLERATIONS,
     REASON_AFFINITY,
     REASON_NODE_NAME,
     REASON_UNSCHEDULABLE,
     NodeTraits,
     PodPlacement,
+    as_daemon,
     unschedulable_reason,
 )
 
@@ -76,7 +78,8 @@ _KEYS = ["pool", "zone", "gpu", "example.com/tier", "kubernetes.io/hostname", "n
 _VALUES = ["cpu", "gpu", "a", "b", "", "1", "5", "10", "-3", "007", "+4", "x1", "9223372036854775808", "a b"]
 _NODE_NAMES = ["node-a", "node-b", "node-c"]
 _EFFECTS = ["NoSchedule", "PreferNoSchedule", "NoExecute"]
-_TAINT_KEYS = ["pool", "gpu", "dedicated", "node.kubernetes.io/unschedulable", "node.kubernetes.io/not-ready"]
+_TAINT_KEYS = ["pool", "gpu", "dedicated", "node.kubernetes.io/unschedulable", "node.kubernetes.io/not-ready",
+               "node.kubernetes.io/network-unavailable"] + [t.key for t in DAEMON_TOLERATIONS]
 _LABEL_OPERATORS = ["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt", "Equals"]
 _FIELD_OPERATORS = ["In", "NotIn", "Exists"]
 
@@ -137,6 +140,8 @@ def _pod_spec(rng: random.Random) -> dict:
     spec: dict = {}
     if rng.random() < 0.2:
         spec["nodeName"] = rng.choice(_NODE_NAMES)
+    if rng.random() < 0.2:
+        spec["hostNetwork"] = True
     if rng.random() < 0.4:
         spec["nodeSelector"] = {k: rng.choice(_VALUES) for k in _sample(rng, _KEYS[:-1], 2)}
     if rng.random() < 0.6:
@@ -187,6 +192,20 @@ def test_node_eligibility_agrees_with_kube_scheduler_filters(oracle):
     # The kubelet admits a named pod onto a cordoned node the scheduler would have filtered out.
     assert any(c["pod"].get("nodeName") and c["node"]["spec"].get("unschedulable") and t["eligible"]
                for c, t in zip(cases, theirs))
+    assert not (report := _disagreements(cases, ours, theirs)), report
+
+
+def test_daemonset_placement_agrees_with_the_daemonset_controller(oracle):
+    """pkg/controller/daemon/daemon_controller.go, NodeShouldRunDaemonPod (with the tolerations of
+    pkg/controller/daemon/util AddOrUpdateDaemonPodTolerations): where a new daemon pod goes."""
+    rng = random.Random(20261201)
+    cases = [{"pod": _pod_spec(rng), "node": _node(rng)} for _ in range(CASES)]
+    theirs = [a["eligible"] for a in oracle([{"kind": "daemonset", **case} for case in cases])]
+    ours = [unschedulable_reason(as_daemon(PodPlacement.from_pod_spec(c["pod"])), NodeTraits.from_node(c["node"]))
+            is None for c in cases]
+    # Both ways, and on cordoned and pressure-tainted nodes the scheduler alone would refuse.
+    assert 0.1 * CASES < sum(theirs) < 0.9 * CASES
+    assert any(t and c["node"]["spec"].get("unschedulable") for c, t in zip(cases, theirs))
     assert not (report := _disagreements(cases, ours, theirs)), report
 
 

@@ -2,6 +2,7 @@ import pytest
 
 from image_preflight.core.scheduling import (
     as_admitted,
+    as_daemon,
     REASON_AFFINITY,
     REASON_NODE_NAME,
     REASON_UNSCHEDULABLE,
@@ -576,3 +577,18 @@ def test_admission_adds_the_default_not_ready_and_unreachable_tolerations():
     not_ready = node("n1", taints=[Taint("node.kubernetes.io/not-ready", "", "NoExecute"),
                                    Taint("node.kubernetes.io/not-ready", "", "NoSchedule")])
     assert unschedulable_reason(as_admitted(placement()), not_ready).startswith("node(s) had untolerated taint")
+
+
+def test_a_daemonset_runs_where_its_controller_puts_it_not_where_the_scheduler_would():
+    """pkg/controller/daemon/daemon_controller.go, NodeShouldRunDaemonPod, with the tolerations of
+    pkg/controller/daemon/util/daemonset_util.go AddOrUpdateDaemonPodTolerations."""
+    daemon = as_daemon(placement())
+    cordoned = node("n1", taints=[Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")], unschedulable=True)
+    assert unschedulable_reason(placement(), cordoned) == REASON_UNSCHEDULABLE
+    assert unschedulable_reason(daemon, cordoned) is None
+    pressure = node("n1", taints=[Taint("node.kubernetes.io/disk-pressure", "", "NoSchedule")])
+    assert unschedulable_reason(daemon, pressure) is None
+    no_network = node("n1", taints=[Taint("node.kubernetes.io/network-unavailable", "", "NoSchedule")])
+    assert unschedulable_reason(daemon, no_network) is not None
+    assert unschedulable_reason(as_daemon(placement(hostNetwork=True)), no_network) is None
+    assert unschedulable_reason(daemon, node("n1", taints=[DEDICATED])) is not None

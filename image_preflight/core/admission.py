@@ -95,7 +95,7 @@ def admit(review: Mapping, inventory: Inventory, settings: Settings, *, now: flo
     if not _in_scope(request, kind_info, obj):
         return _reply(outcome, review, allowed=True)
     try:
-        decision = decide(pod_spec_of(obj), inventory, require=settings.require, now=now)
+        decision = decide(pod_spec_of(obj), inventory, require=settings.require, now=now, kind=outcome.kind)
     except (WorkloadError, SchedulingSpecError) as exc:
         outcome.decision, outcome.detail = "unreadable", str(exc)
         return _reply(outcome, review, allowed=True, warnings=[f"image-preflight could not read the object: {exc}"])

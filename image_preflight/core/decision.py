@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from image_preflight.core.images import InvalidReference
 from image_preflight.core.inventory import Inventory, NodeImages, image_key
-from image_preflight.core.scheduling import PodPlacement, as_admitted, unschedulable_reason
+from image_preflight.core.scheduling import PodPlacement, as_admitted, as_daemon, unschedulable_reason
 from image_preflight.core.workloads import ContainerImage, container_images
 
 # Image statuses.
@@ -65,10 +65,13 @@ def _eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list
 
 
 def decide(
-    spec: Mapping, inventory: Inventory, *, require: str = REQUIRE_ALL, now: float | None = None
+    spec: Mapping, inventory: Inventory, *, require: str = REQUIRE_ALL, now: float | None = None, kind: str = "Pod"
 ) -> Decision:
-    """Raises WorkloadError or SchedulingSpecError when the spec cannot be read."""
+    """`spec` is the pod spec of a `kind` object. Raises WorkloadError or SchedulingSpecError when
+    the spec cannot be read."""
     placement = as_admitted(PodPlacement.from_pod_spec(spec))
+    if kind == "DaemonSet":
+        placement = as_daemon(placement)
     return decide_images(container_images(spec), placement, inventory, require=require, now=now)
 
 

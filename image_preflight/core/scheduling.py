@@ -175,6 +175,8 @@ class PodPlacement:
     # Why terms were dropped: kube-scheduler treats a term with an invalid requirement
     # (LazyErrorNodeSelector parse error) as matching no node instead of failing the pod.
     term_errors: tuple[str, ...] = ()
+    host_network: bool = False
+    daemon: bool = False  # a DaemonSet's template: its controller places the pods (see as_daemon)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "node_selector", MappingProxyType(dict(self.node_selector)))
@@ -204,7 +206,8 @@ class PodPlacement:
         errors: list[str] = []
         if required is not None:
             terms = _compile_terms(required, path + _REQUIRED_PATH, errors)
-        return cls(node_name, node_selector, terms, tolerations, tuple(errors))
+        host_network = _get(spec, "hostNetwork", bool, path + ".hostNetwork", False)
+        return cls(node_name, node_selector, terms, tolerations, tuple(errors), host_network)
 
 
 # plugin/pkg/admission/defaulttolerationseconds/admission.go (on by default): every Pod is admitted
@@ -221,8 +224,29 @@ def as_admitted(placement: PodPlacement) -> PodPlacement:
     return replace(placement, tolerations=placement.tolerations + ADMISSION_TOLERATIONS)
 
 
+# pkg/controller/daemon/util/daemonset_util.go, AddOrUpdateDaemonPodTolerations: every daemon pod.
+DAEMON_TOLERATIONS = (
+    Toleration("node.kubernetes.io/not-ready", "Exists", "", NO_EXECUTE),
+    Toleration("node.kubernetes.io/unreachable", "Exists", "", NO_EXECUTE),
+    Toleration("node.kubernetes.io/disk-pressure", "Exists", "", NO_SCHEDULE),
+    Toleration("node.kubernetes.io/memory-pressure", "Exists", "", NO_SCHEDULE),
+    Toleration("node.kubernetes.io/pid-pressure", "Exists", "", NO_SCHEDULE),
+    Toleration(TAINT_UNSCHEDULABLE, "Exists", "", NO_SCHEDULE),
+)
+# ... and, with hostNetwork, this one.
+DAEMON_HOST_NETWORK_TOLERATION = Toleration("node.kubernetes.io/network-unavailable", "Exists", "", NO_SCHEDULE)
+
+
+def as_daemon(placement: PodPlacement) -> PodPlacement:
+    """The placement of a DaemonSet's pods: its controller puts one on every node it should run
+    on (see unschedulable_reason), whatever the scheduler would say."""
+    return replace(placement, daemon=True)
+
+
 def unschedulable_reason(placement: PodPlacement, node: NodeTraits) -> str | None:
     """None when the pod can land on the node, else kube-scheduler's reason for the first failing filter."""
+    if placement.daemon:
+        return _daemon_reason(placement, node)
     if placement.node_name is not None:
         return _kubelet_admission_reason(placement, node)
     tolerations = placement.tolerations
@@ -237,6 +261,23 @@ def unschedulable_reason(placement: PodPlacement, node: NodeTraits) -> str | Non
             return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
     if not _affinity_matches(placement, node):
         return REASON_AFFINITY
+    return None
+
+
+def _daemon_reason(placement: PodPlacement, node: NodeTraits) -> str | None:
+    """pkg/controller/daemon/daemon_controller.go, NodeShouldRunDaemonPod: the template's node name,
+    node affinity and selector, and NoSchedule/NoExecute taints against the template's tolerations
+    plus the daemon defaults (which tolerate a cordon)."""
+    if placement.node_name is not None and placement.node_name != node.name:
+        return REASON_NODE_NAME
+    if not _affinity_matches(placement, node):
+        return REASON_AFFINITY
+    tolerations = placement.tolerations + DAEMON_TOLERATIONS
+    if placement.host_network:
+        tolerations += (DAEMON_HOST_NETWORK_TOLERATION,)
+    for taint in node.taints:
+        if (taint.effect == NO_SCHEDULE or taint.effect == NO_EXECUTE) and not _tolerated(tolerations, taint):
+            return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
     return None
 
 

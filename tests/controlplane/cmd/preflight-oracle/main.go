@@ -7,6 +7,8 @@
 //	{"kind":"eligible","pod":{...},"node":{...}}  where the pod may run: kube-scheduler's filter
 //	    plugins in the default order, or for a pod with spec.nodeName (no scheduler) the kubelet's
 //	    admission, pkg/kubelet/lifecycle/predicate.go generalFilter
+//	{"kind":"daemonset","pod":{...},"node":{...}}  whether a DaemonSet with that pod template
+//	    runs a pod on the node: pkg/controller/daemon, NodeShouldRunDaemonPod
 package main
 
 import (
@@ -21,10 +23,12 @@ import (
 
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
+	apps "k8s.io/api/apps/v1"
 	v1 "k8s.io/api/core/v1"
 	v1helper "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/controller/daemon"
 	"k8s.io/kubernetes/pkg/scheduler"
 	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -169,6 +173,19 @@ func eligible(podSpec, nodeJSON json.RawMessage) (map[string]any, error) {
 	return map[string]any{"eligible": true}, nil
 }
 
+func daemonSet(podSpec, nodeJSON json.RawMessage) (map[string]any, error) {
+	ds := &apps.DaemonSet{}
+	if err := k8sjson.UnmarshalCaseSensitivePreserveInts(podSpec, &ds.Spec.Template.Spec); err != nil {
+		return nil, fmt.Errorf("pod: %w", err)
+	}
+	node := &v1.Node{}
+	if err := k8sjson.UnmarshalCaseSensitivePreserveInts(nodeJSON, node); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	shouldRun, _ := daemon.NodeShouldRunDaemonPod(klog.Background(), node, ds)
+	return map[string]any{"eligible": shouldRun}, nil
+}
+
 // kubeletAdmission is generalFilter of pkg/kubelet/lifecycle/predicate.go, which is unexported:
 // the same calls in the same order. Resource fit is left out (the cases carry no requests, and
 // the decision does not model node resources).
@@ -202,6 +219,13 @@ func main() {
 			switch {
 			case req.Kind == "reference" && req.Ref != nil:
 				answer = references(*req.Ref)
+			case req.Kind == "daemonset":
+				a, err := daemonSet(req.Pod, req.Node)
+				if err != nil {
+					answer = map[string]string{"fault": err.Error()}
+				} else {
+					answer = a
+				}
 			case req.Kind == "eligible":
 				a, err := eligible(req.Pod, req.Node)
 				if err != nil {
