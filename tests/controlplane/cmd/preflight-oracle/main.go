@@ -203,6 +203,12 @@ func kubeletAdmission(pod *v1.Pod, info *framework.NodeInfo) map[string]any {
 	return map[string]any{"eligible": true}
 }
 
+// placements answer {"kind": ..., "pod": ..., "node": ...}.
+var placements = map[string]func(pod, node json.RawMessage) (map[string]any, error){
+	"eligible":  eligible,
+	"daemonset": daemonSet,
+}
+
 func main() {
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(make([]byte, 1<<20), 64<<20)
@@ -216,19 +222,12 @@ func main() {
 		if err := json.Unmarshal(in.Bytes(), &req); err != nil {
 			answer = map[string]string{"fault": err.Error()}
 		} else {
+			placement := placements[req.Kind]
 			switch {
 			case req.Kind == "reference" && req.Ref != nil:
 				answer = references(*req.Ref)
-			case req.Kind == "daemonset":
-				a, err := daemonSet(req.Pod, req.Node)
-				if err != nil {
-					answer = map[string]string{"fault": err.Error()}
-				} else {
-					answer = a
-				}
-			case req.Kind == "eligible":
-				a, err := eligible(req.Pod, req.Node)
-				if err != nil {
+			case placement != nil:
+				if a, err := placement(req.Pod, req.Node); err != nil {
 					answer = map[string]string{"fault": err.Error()}
 				} else {
 					answer = a
