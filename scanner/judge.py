@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from image_preflight.scanner.slots import Shape, shape_of, substitute, survives_yaml
-from image_preflight.scanner.render import MISSING, JobTemplate, RowError, image_template, lookup, reach
+from image_preflight.scanner.render import MISSING, JobTemplate, RowError, as_sent, image_template, lookup, reach
 from image_preflight.core import decision as core
 from image_preflight.core.inventory import Inventory
 from image_preflight.core.scheduling import SchedulingSpecError
@@ -89,6 +89,7 @@ class RowJudge:
         return len(self._shared) + len(self._exact)
 
     def key(self, row: Mapping) -> tuple:
+        row = as_sent(row)  # type: ignore[assignment]
         if self.value_paths is None:
             return (_freeze(row),)
         # How far each path goes matters as much as the value: `input.a.b` is Undefined when `a`
@@ -98,12 +99,14 @@ class RowJudge:
 
     def shared_verdict(self, row: Mapping, key: tuple | None = None) -> RowVerdict | None:
         """The verdict for every row with this key, or None when each needs its own render."""
+        row = as_sent(row)  # type: ignore[assignment]
         key = self.key(row) if key is None else key
         if key not in self._shared:
             self._shared[key] = self._judge_by_slots(row) if self.plan is not None else self._judge_uncached(row)
         return self._shared[key]
 
     def judge(self, row: Mapping, key: tuple | None = None) -> RowVerdict:
+        row = as_sent(row)  # type: ignore[assignment]
         key = self.key(row) if key is None else key
         verdict = self.shared_verdict(row, key)
         if verdict is not None:

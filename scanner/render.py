@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import json
+import math
 import re
 from collections.abc import Mapping
 
@@ -23,6 +24,22 @@ from jinja2.utils import missing as _NO_PARENT
 JOB_NAME = "image-preflight-scan"  # job names never reach an image; one constant keeps renders cacheable
 _printed_undefined: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("printed_undefined", default=None)
 _DICT_METHODS = frozenset(dir(dict))
+
+
+def as_sent(value: object) -> object:
+    """`value` as agent-lightning's controller receives it. The trainer enqueues each rollout with
+    RolloutCreate.model_dump(mode="json") (agentlightning/verl/agl_rollout_manager.py,
+    _create_rollouts), and pydantic v2 writes NaN and ±inf as null, so the template prints None
+    where the dataset holds nan or inf. Returns `value` itself when nothing changes."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        items = [(k, v, as_sent(v)) for k, v in value.items()]
+        return value if all(new is old for _, old, new in items) else {k: new for k, _, new in items}
+    if isinstance(value, list):
+        converted = [as_sent(v) for v in value]
+        return value if all(new is old for new, old in zip(converted, value)) else converted
+    return value
 
 
 def yaml_escape(value: object) -> str:

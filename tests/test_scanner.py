@@ -485,3 +485,15 @@ def test_values_equal_in_python_but_printed_differently_are_judged_apart(order):
     kept, dropped = filter_rows(rows, image="{{ input.image_name }}:openai", inventory=inventory)
     assert [r["image_name"] for r in kept] == [0.0] and repr(kept[0]["image_name"]) == "0.0"
     assert [(repr(row["image_name"]), verdict.reason) for _, row, verdict in dropped] == [("-0.0", "invalid")]
+
+
+def test_nan_and_infinity_render_as_agent_lightning_receives_them():
+    """agentlightning/verl/agl_rollout_manager.py, _create_rollouts: RolloutCreate.model_dump(
+    mode="json") writes NaN and ±inf as null (pydantic v2), so the controller's template prints
+    None: "None:openai", not a valid reference, where the dataset holds nan."""
+    inventory = Inventory((NodeImages.from_names("n1", ["docker.io/library/nan:openai"]),))
+    rows = [{"image_name": float("nan")}, {"image_name": float("-inf")}, {"image_name": "nan"}]
+    kept, dropped = filter_rows(rows, image="{{ input.image_name }}:openai", inventory=inventory)
+    assert kept == [rows[2]]
+    assert [(index, verdict.reason, verdict.images) for index, _, verdict in dropped] == [
+        (0, "invalid", ("None:openai",)), (1, "invalid", ("None:openai",))]
