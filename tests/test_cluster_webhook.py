@@ -147,19 +147,25 @@ def test_a_job_whose_image_only_one_eligible_node_holds_is_denied(control_plane,
     assert NODES[1] in _status(caught.value)["message"]
 
 
-def test_kr8s_sees_the_denial_as_agent_lightning_does(control_plane, webhook, enforced):
-    async def create() -> str:
-        api = await kr8s.asyncio.api(kubeconfig=str(control_plane.kubeconfig))
-        manifest = job_manifest("rollout-kr8s", MISSING)
-        manifest["metadata"]["namespace"] = enforced
-        job = await kr8s.asyncio.objects.Job(manifest, api=api)
+def _kr8s_create(plane, namespace: str, manifest: dict) -> dict | str:
+    """Create a Job as agent-lightning's controller does (kr8s, async); the stored Job, or the
+    text of the exception (the controller catches Exception and reads str(exc))."""
+    async def create() -> dict | str:
+        api = await kr8s.asyncio.api(kubeconfig=str(plane.kubeconfig))
+        job = await kr8s.asyncio.objects.Job({**manifest, "metadata": {**manifest["metadata"], "namespace": namespace}},
+                                             api=api)
         try:
             await job.async_create()
-        except Exception as exc:  # agent-lightning catches Exception and reads str(exc)
+        except Exception as exc:
             return str(exc)
-        return ""
+        return job.raw
 
-    error = asyncio.run(create())
+    return asyncio.run(create())
+
+
+def test_kr8s_sees_the_denial_as_agent_lightning_does(control_plane, webhook, enforced):
+    error = _kr8s_create(control_plane, enforced, job_manifest("rollout-kr8s", MISSING))
+    assert isinstance(error, str), error
     # agentlightning/controller/k8s_reconciler.py, K8sReconciler._create_job: any of these marks the
     # rollout failed at once instead of retrying.
     lower = error.lower()
@@ -186,15 +192,8 @@ def test_a_held_image_runs_to_a_pod_bound_to_a_node_the_webhook_called_eligible(
 
 
 def test_kr8s_creates_a_job_whose_image_is_held(control_plane, webhook, enforced):
-    async def create() -> dict:
-        api = await kr8s.asyncio.api(kubeconfig=str(control_plane.kubeconfig))
-        manifest = job_manifest("rollout-kr8s-held", HELD)
-        manifest["metadata"]["namespace"] = enforced
-        job = await kr8s.asyncio.objects.Job(manifest, api=api)
-        await job.async_create()
-        return job.raw
-
-    assert asyncio.run(create())["metadata"]["uid"]
+    created = _kr8s_create(control_plane, enforced, job_manifest("rollout-kr8s-held", HELD))
+    assert isinstance(created, dict) and created["metadata"]["uid"], created
 
 
 def test_dry_run_all_is_decided_and_nothing_is_stored(control_plane, webhook, enforced):

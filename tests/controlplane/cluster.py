@@ -67,6 +67,18 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def terminate(popen: subprocess.Popen | None) -> None:
+    """SIGTERM, as the kubelet stops a container; SIGKILL after 15 s."""
+    if popen is None or popen.poll() is not None:
+        return
+    popen.send_signal(signal.SIGTERM)
+    try:
+        popen.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        popen.kill()
+        popen.wait()
+
+
 class Process:
     """One control-plane binary, its output in a log file."""
 
@@ -80,14 +92,7 @@ class Process:
                                           stdin=subprocess.DEVNULL, start_new_session=True)
 
     def stop(self) -> None:
-        if self.popen is None or self.popen.poll() is not None:
-            return
-        self.popen.send_signal(signal.SIGTERM)
-        try:
-            self.popen.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.popen.kill()
-            self.popen.wait()
+        terminate(self.popen)
 
     def check_alive(self) -> None:
         if self.popen is not None and self.popen.poll() is not None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import signal
 import socket
 import ssl
 import subprocess
@@ -12,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.controlplane.cluster import ControlPlane, free_port
+from tests.controlplane.cluster import ControlPlane, free_port, terminate
 
 SERVICE_HOST = "image-preflight.image-preflight.svc"
 
@@ -49,13 +48,7 @@ class ServedWebhook:
 
     def stop(self) -> None:
         self.plane.network.withdraw(self.address)
-        if self.popen is not None and self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait()
+        terminate(self.popen)
 
     def _connection(self, timeout_s: float) -> http.client.HTTPSConnection:
         """To the loopback port, speaking TLS to the Service's name as the apiserver does."""
