@@ -89,7 +89,9 @@ class RowJudge:
         return len(self._shared) + len(self._exact)
 
     def key(self, row: Mapping) -> tuple:
-        row = as_sent(row)  # type: ignore[assignment]
+        return self._key(as_sent(row))  # type: ignore[arg-type]
+
+    def _key(self, row: Mapping) -> tuple:
         if self.value_paths is None:
             return (_freeze(row),)
         # How far each path goes matters as much as the value: `input.a.b` is Undefined when `a`
@@ -99,16 +101,19 @@ class RowJudge:
 
     def shared_verdict(self, row: Mapping, key: tuple | None = None) -> RowVerdict | None:
         """The verdict for every row with this key, or None when each needs its own render."""
-        row = as_sent(row)  # type: ignore[assignment]
-        key = self.key(row) if key is None else key
+        return self._shared_verdict(as_sent(row), key)  # type: ignore[arg-type]
+
+    def _shared_verdict(self, row: Mapping, key: tuple | None) -> RowVerdict | None:
+        # `row` as sent (see as_sent): converted once per row, not once per step.
+        key = self._key(row) if key is None else key
         if key not in self._shared:
             self._shared[key] = self._judge_by_slots(row) if self.plan is not None else self._judge_uncached(row)
         return self._shared[key]
 
     def judge(self, row: Mapping, key: tuple | None = None) -> RowVerdict:
         row = as_sent(row)  # type: ignore[assignment]
-        key = self.key(row) if key is None else key
-        verdict = self.shared_verdict(row, key)
+        key = self._key(row) if key is None else key
+        verdict = self._shared_verdict(row, key)
         if verdict is not None:
             return verdict
         exact = (key, tuple(_freeze(reach(row, p)[1]) for p in self.presence_paths))

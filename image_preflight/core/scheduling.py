@@ -253,15 +253,11 @@ def unschedulable_reason(placement: PodPlacement, node: NodeTraits) -> str | Non
     # NodeUnschedulable: a pod tolerating the unschedulable taint also tolerates spec.unschedulable.
     if node.unschedulable and not _tolerated(tolerations, _UNSCHEDULABLE_TAINT):
         return REASON_UNSCHEDULABLE
-    if placement.node_name is not None and placement.node_name != node.name:
-        return REASON_NODE_NAME
-    for taint in node.taints:
-        # PreferNoSchedule only lowers a node's score; it never filters.
-        if (taint.effect == NO_SCHEDULE or taint.effect == NO_EXECUTE) and not _tolerated(tolerations, taint):
-            return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
-    if not _affinity_matches(placement, node):
+    # PreferNoSchedule only lowers a node's score; it never filters.
+    reason = _untolerated_taint(node, tolerations, _FILTERED_EFFECTS)
+    if reason is None and not _affinity_matches(placement, node):
         return REASON_AFFINITY
-    return None
+    return reason
 
 
 def _daemon_reason(placement: PodPlacement, node: NodeTraits) -> str | None:
@@ -275,10 +271,7 @@ def _daemon_reason(placement: PodPlacement, node: NodeTraits) -> str | None:
     tolerations = placement.tolerations + DAEMON_TOLERATIONS
     if placement.host_network:
         tolerations += (DAEMON_HOST_NETWORK_TOLERATION,)
-    for taint in node.taints:
-        if (taint.effect == NO_SCHEDULE or taint.effect == NO_EXECUTE) and not _tolerated(tolerations, taint):
-            return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
-    return None
+    return _untolerated_taint(node, tolerations, _FILTERED_EFFECTS)
 
 
 def _kubelet_admission_reason(placement: PodPlacement, node: NodeTraits) -> str | None:
@@ -289,8 +282,16 @@ def _kubelet_admission_reason(placement: PodPlacement, node: NodeTraits) -> str 
         return REASON_AFFINITY
     if placement.node_name != node.name:
         return REASON_NODE_NAME
+    return _untolerated_taint(node, placement.tolerations, (NO_EXECUTE,))
+
+
+_FILTERED_EFFECTS = (NO_SCHEDULE, NO_EXECUTE)
+
+
+def _untolerated_taint(node: NodeTraits, tolerations: tuple[Toleration, ...], effects: tuple[str, ...]) -> str | None:
+    """The reason for the node's first taint of these effects that no toleration tolerates."""
     for taint in node.taints:
-        if taint.effect == NO_EXECUTE and not _tolerated(placement.tolerations, taint):
+        if taint.effect in effects and not _tolerated(tolerations, taint):
             return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
     return None
 
