@@ -1,8 +1,8 @@
 """`image-preflight inventory dump`: the cluster's inventory as one snapshot for offline scans.
 
-A `kind: List` holding every Node (scheduling traits, node status' capped image list) and every
-current NodeImages object (the agents' complete lists), which `scan --inventory` and
-`serve --inventory` read as they are.
+A `kind: List` holding every Node (scheduling traits, node status' capped image list), every
+current NodeImages object (the agents' complete lists) and every RuntimeClass (the scheduling a
+pod naming one gains), which `scan --inventory` and `serve --inventory` read as they are.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import kubernetes.client
@@ -59,20 +59,34 @@ def run(args: argparse.Namespace) -> int:
         except _NotServed:
             _note(f"{PLURAL}.{GROUP} is not served (node agent not deployed?): the snapshot holds node status only")
             published = []
+        runtime_classes = _runtime_classes(api)
     finally:
         api.close()
-    document = snapshot(nodes, published, now=time.time(), note=_note)
+    document = snapshot(nodes, published, now=time.time(), note=_note, runtime_classes=runtime_classes)
     text = json.dumps(document, separators=(",", ":")) + "\n"
     if args.out is None:
         sys.stdout.write(text)
     else:
         _write_atomic(args.out, text)
-    runtime = sum(1 for item in document["items"] if item["kind"] == RUNTIME_KIND)
-    _note(f"{len(document['items']) - runtime} nodes, {runtime} NodeImages" + (f" written to {args.out}" if args.out else ""))
+    kinds = [item["kind"] for item in document["items"]]
+    _note(f"{kinds.count('Node')} nodes, {kinds.count(RUNTIME_KIND)} NodeImages, "
+          f"{kinds.count('RuntimeClass')} RuntimeClasses" + (f" written to {args.out}" if args.out else ""))
     return 0
 
 
-def snapshot(nodes: list[dict], published: list[dict], *, now: float, note: Callable[[str], None]) -> dict:
+def _runtime_classes(api: kubernetes.client.ApiClient) -> list[dict]:
+    # Without them only pods naming a RuntimeClass go undecided: a note, not a failed dump.
+    try:
+        return _list_all(kubernetes.client.NodeV1Api(api).list_runtime_class, "runtimeclasses")
+    except _NotServed:
+        _note("runtimeclasses.node.k8s.io is not served: pods naming a RuntimeClass will be unknown")
+    except UsageError as exc:
+        _note(f"{exc}: pods naming a RuntimeClass will be unknown")
+    return []
+
+
+def snapshot(nodes: list[dict], published: list[dict], *, now: float, note: Callable[[str], None],
+             runtime_classes: Iterable[dict] = ()) -> dict:
     """The List document. NodeImages left out, each with a note: unreadable ones, those whose
     lease has ended (they would prove nothing) and those of nodes not in the list (a scan would
     take them for nodes every Job may land on)."""
@@ -91,6 +105,7 @@ def snapshot(nodes: list[dict], published: list[dict], *, now: float, note: Call
             note(f"{PLURAL}/{name}: left out: its lease ended (is the agent on {images.node} running?)")
         else:
             items.append(_item(obj, API_VERSION, RUNTIME_KIND))
+    items += (_item(obj, "node.k8s.io/v1", "RuntimeClass") for obj in runtime_classes)
     return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
 
 

@@ -65,4 +65,4 @@ def compact(node: NodeImages) -> NodeImages:
 
 
 def compact_inventory(inventory: Inventory) -> Inventory:
-    return Inventory(tuple(compact(node) for node in inventory.nodes))
+    return Inventory(tuple(compact(node) for node in inventory.nodes), inventory.runtime_classes)

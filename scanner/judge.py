@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from image_preflight.scanner.slots import Shape, shape_of, substitute, survives_yaml
 from image_preflight.scanner.render import MISSING, JobTemplate, RowError, as_sent, image_template, lookup, reach
@@ -31,6 +31,8 @@ class RowVerdict:
     images: tuple[str, ...] = ()  # the images that decided it (missing, unknown or invalid ones)
     nodes: tuple[str, ...] = ()  # nodes lacking them, or whose lists prove nothing
     detail: str = ""
+    # Fields the row lacks that the Job prints as empty text, as agent-lightning renders them.
+    missing_fields: tuple[str, ...] = ()
 
     @property
     def kept(self) -> bool:
@@ -126,12 +128,15 @@ class RowJudge:
         key = tuple((d, _freeze(v)) for d, v in (reach(row, p) for p in self.plan.steering))  # type: ignore[union-attr]
         if key not in self._shapes:
             try:
-                text = self.template.render_shape(row)
+                text, missing = self.template.render_shape(row)
                 job = self.template.load(text)
                 spec = pod_spec_of(job)
             except (RowError, WorkloadError):
                 self._shapes[key] = None  # the full render names the problem
             else:
+                if missing:  # a missing field printed outside the slots: the full render judges it
+                    self._shapes[key] = None
+                    return None
                 self._shapes[key] = shape_of(text, spec, job, [s.marker for s in self.plan.slots])  # type: ignore[union-attr]
         return self._shapes[key]
 
@@ -143,7 +148,7 @@ class RowJudge:
         shape = self._shape(row)
         if shape is None:
             return None
-        texts = {}
+        texts, missing_fields = {}, []
         for slot in self.plan.slots:  # type: ignore[union-attr]
             presence_only = slot.bare in self.presence_paths
             if presence_only and slot.marker in shape.deciding:
@@ -151,27 +156,32 @@ class RowJudge:
             if presence_only and lookup(row, slot.bare) is not MISSING:  # type: ignore[arg-type]
                 continue  # prints whatever it holds, somewhere the decision does not read
             try:
-                text = self.template.render_slot(slot, row)
+                text, missing = self.template.render_slot(slot, row)
             except RowError as exc:
                 return RowVerdict(UNRENDERABLE, detail=str(exc))
+            if missing and slot.marker in shape.deciding:
+                return RowVerdict(UNRENDERABLE, detail=f"field {missing[0]}: missing")
             if not survives_yaml(text):
                 return None
             texts[slot.marker] = text
-        return self._decide(substitute(shape.fields, texts))
+            missing_fields += missing
+        return self._decide(substitute(shape.fields, texts), tuple(dict.fromkeys(missing_fields)))
 
     def _judge_uncached(self, row: Mapping) -> RowVerdict:
         try:
-            spec = pod_spec_of(self.template.render(row))
+            job, missing_fields = self.template.render_job(row)
+            spec = pod_spec_of(job)
         except (RowError, WorkloadError) as exc:
             return RowVerdict(UNRENDERABLE, detail=str(exc))
-        return self._decide(spec)
+        return self._decide(spec, missing_fields)
 
-    def _decide(self, spec: Mapping) -> RowVerdict:
+    def _decide(self, spec: Mapping, missing_fields: tuple[str, ...] = ()) -> RowVerdict:
         try:
             decision = core.decide(spec, self.inventory, require=self.require, now=self.now)
         except (WorkloadError, SchedulingSpecError) as exc:
             return RowVerdict(UNRENDERABLE, detail=str(exc))
-        return verdict_of(decision, keep_unknown=self.keep_unknown)
+        verdict = verdict_of(decision, keep_unknown=self.keep_unknown)
+        return replace(verdict, missing_fields=missing_fields) if missing_fields else verdict
 
 
 def _presence(reached: tuple[int, object], length: int) -> object:
@@ -191,7 +201,9 @@ def verdict_of(decision: core.Decision, *, keep_unknown: bool = False) -> RowVer
         return RowVerdict(MISSING_IMAGE, _images(missing), _nodes(v.missing_on for v in missing))
     if decision.outcome == core.UNKNOWN and not keep_unknown:
         unknown = decision.with_status(core.UNKNOWN)
-        return RowVerdict(UNKNOWN, _images(unknown), _nodes(v.unknown_on for v in unknown))
+        # No node named: say why (a RuntimeClass the inventory does not hold).
+        detail = "" if decision.eligible or not decision.ineligible else decision.ineligible[0][0]
+        return RowVerdict(UNKNOWN, _images(unknown), _nodes(v.unknown_on for v in unknown), detail)
     return RowVerdict(KEPT)
 
 

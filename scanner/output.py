@@ -37,6 +37,11 @@ def print_summary(result: ScanResult, console: Console) -> None:
             console.print(f"... and {len(missing) - MAX_IMAGES_SHOWN} more (see --missing-images)")
     _print_dropped_rows(result, console)
     for file in result.files:
+        for name, rows in sorted(file.lacking.items()):
+            # agent-lightning prints a missing field as empty text and the Job runs: kept, but said.
+            console.print(f"kept {rows} row(s) of {file.path} lacking {name}: the Job prints it as empty text",
+                          markup=False, highlight=False)
+    for file in result.files:
         if file.output is not None:
             console.print(f"wrote {file.kept} kept rows to {file.output}")
 
@@ -64,6 +69,9 @@ def report_document(result: ScanResult) -> dict:
                 "rows": f.rows,
                 "kept": f.kept,
                 "dropped": {reason: f.dropped_by_reason().get(reason, 0) for reason in DROP_REASONS},
+                # Kept rows lacking a field the Job prints only as text (rendered empty, as
+                # agent-lightning's controller renders it), by field.
+                "kept_lacking": dict(sorted(f.lacking.items())),
                 "output": str(f.output) if f.output else None,
             }
             for f in result.files

@@ -18,7 +18,8 @@ import jinja2
 import yaml
 from jinja2 import nodes
 
-from image_preflight.scanner.slots import plan_slots
+from image_preflight.core.workloads import WorkloadError, pod_spec_of
+from image_preflight.scanner.slots import decision_fields, plan_slots
 from jinja2.utils import missing as _NO_PARENT
 
 JOB_NAME = "image-preflight-scan"  # job names never reach an image; one constant keeps renders cacheable
@@ -47,7 +48,8 @@ def yaml_escape(value: object) -> str:
 
 
 class _NoticingUndefined(jinja2.Undefined):
-    """Renders as the default Undefined does (""), but records that a row field was printed."""
+    """Renders as the default Undefined does (""), but records that a row field was printed; in a
+    marking render it prints a marker instead, to find where the missing value lands."""
 
     __slots__ = ()
 
@@ -57,7 +59,13 @@ class _NoticingUndefined(jinja2.Undefined):
         # variable prints "" for every row alike.
         if noticed is not None and self._undefined_obj is not _NO_PARENT:
             noticed.append(self._undefined_name or "?")
+            if _marking.get():
+                return _UNDEFINED_MARKER
         return ""
+
+
+_marking: contextvars.ContextVar[bool] = contextvars.ContextVar("marking", default=False)
+_UNDEFINED_MARKER = "image-preflight-undefined-5d1f"
 
 
 class TemplateError(ValueError):
@@ -121,21 +129,47 @@ class JobTemplate:
 
     def render(self, row: Mapping) -> dict:
         """The Job for `row`; RowError names a field the row lacks or what went wrong."""
-        return self.load(self.render_text(row))
+        return self.render_job(row)[0]
 
-    def render_text(self, row: Mapping) -> str:
-        """The rendered YAML text for `row` (see render)."""
-        return self._render(self._template, row)
+    def render_job(self, row: Mapping) -> tuple[dict, tuple[str, ...]]:
+        """(the Job for `row`, the fields it lacks that were printed as empty text).
 
-    def render_shape(self, row: Mapping) -> str:
-        """The text with every slot printing its marker (see scanner.slots)."""
+        agent-lightning's controller prints a missing field as "" and the Job runs; that only
+        matters where the pod's images, pull policies or scheduling read it. There RowError names
+        the field; elsewhere (a prompt, an env value) the row is rendered as the controller does.
+        """
+        text, missing = self._render(self._template, row)
+        job = self.load(text)
+        if missing and self._reaches_decision(row):
+            raise RowError(f"field {self._field_path(row, missing[0])}: missing")
+        return job, tuple(self._field_path(row, name) for name in dict.fromkeys(missing))
+
+    def render_shape(self, row: Mapping) -> tuple[str, list[str]]:
+        """The text with every slot printing its marker (see scanner.slots), and the missing
+        fields printed outside the slots."""
         return self._render(self.plan.shape, row)  # type: ignore[union-attr]
 
-    def render_slot(self, slot, row: Mapping) -> str:
-        """The text a slot's expression gives for `row`, before yaml_escape quotes it."""
-        return self._render(slot.expression, row)
+    def render_slot(self, slot, row: Mapping) -> tuple[str, tuple[str, ...]]:
+        """The text a slot's expression gives for `row`, before yaml_escape quotes it, and the
+        missing fields it printed (as dotted paths)."""
+        text, missing = self._render(slot.expression, row)
+        return text, tuple(self._field_path(row, name) for name in dict.fromkeys(missing))
 
-    def _render(self, template: jinja2.Template, row: Mapping) -> str:
+    def _reaches_decision(self, row: Mapping) -> bool:
+        """Whether a missing printed field lands in the pod's decision fields: rendered again
+        with a marker in its place. A marked text that no longer reads as a Job counts as yes."""
+        token = _marking.set(True)
+        try:
+            text, _ = self._render(self._template, row)
+        finally:
+            _marking.reset(token)
+        try:
+            spec = pod_spec_of(self.load(text))
+        except (RowError, WorkloadError):
+            return True
+        return _UNDEFINED_MARKER in json.dumps(decision_fields(spec), default=str)
+
+    def _render(self, template: jinja2.Template, row: Mapping) -> tuple[str, list[str]]:
         noticed: list[str] = []
         token = _printed_undefined.set(noticed)
         try:
@@ -149,9 +183,7 @@ class JobTemplate:
             raise RowError(f"template error: {type(exc).__name__}: {exc}") from None
         finally:
             _printed_undefined.reset(token)
-        if noticed:
-            raise RowError(f"field {self._field_path(row, noticed[0])}: missing")
-        return text
+        return text, noticed
 
     def load(self, text: str) -> dict:
         try:

@@ -26,6 +26,8 @@ class FileResult:
     rows: int
     dropped: DroppedRows
     output: Path | None = None
+    # Kept rows lacking a field the Job prints only as text, by field (dotted path).
+    lacking: Counter = field(default_factory=Counter)
 
     @property
     def kept(self) -> int:
@@ -90,10 +92,12 @@ def _scan_json(path: Path, judge: RowJudge, output: Path | None, progress: Progr
     source = datasets.read_json_rows(path)
     if not source.rows:
         raise UsageError(f"{path}: no rows")
-    keep, dropped_rows, verdicts, lines = [], [], [], []
+    keep, dropped_rows, verdicts, lines, lacking = [], [], [], [], Counter()
     for index, row in enumerate(source.rows):
         verdict = judge.judge(row)
         keep.append(verdict.kept)
+        if verdict.missing_fields and verdict.kept:
+            lacking.update(verdict.missing_fields)
         if not verdict.kept:
             dropped_rows.append(index)
             verdicts.append(verdict)
@@ -106,7 +110,7 @@ def _scan_json(path: Path, judge: RowJudge, output: Path | None, progress: Progr
     if output is not None:
         datasets.write_json_rows(output, source, keep)
     dropped = DroppedRows.collect(str(path), dropped_rows, verdicts, lines if source.line_numbers else None)
-    return FileResult(path, len(source.rows), dropped, output)
+    return FileResult(path, len(source.rows), dropped, output, lacking)
 
 
 def _scan_parquet(path: Path, judge: RowJudge, output: Path | None, progress: Progress | None) -> FileResult:
@@ -120,29 +124,36 @@ def _scan_parquet(path: Path, judge: RowJudge, output: Path | None, progress: Pr
         keep = keep_group[inputs.group_of_row]
         rows = np.flatnonzero(~keep)
         dropped = DroppedRows(str(path), rows, inputs.group_of_row[rows], verdicts)
+        sizes = np.bincount(inputs.group_of_row, minlength=len(verdicts))
+        lacking = Counter()
+        for group, verdict in enumerate(verdicts):
+            if verdict.kept and verdict.missing_fields:
+                lacking.update({name: int(sizes[group]) for name in verdict.missing_fields})
     else:
-        keep, dropped = _judge_row_by_row(table, judge, path)
+        keep, dropped, lacking = _judge_row_by_row(table, judge, path)
     if progress:
         progress(table.num_rows)
     if output is not None:
         datasets.write_parquet(output, table, pa.array(keep, type=pa.bool_()), like=path)
-    return FileResult(path, table.num_rows, dropped, output)
+    return FileResult(path, table.num_rows, dropped, output, lacking)
 
 
-def _judge_row_by_row(table: pa.Table, judge: RowJudge, path: Path) -> tuple[np.ndarray, DroppedRows]:
+def _judge_row_by_row(table: pa.Table, judge: RowJudge, path: Path) -> tuple[np.ndarray, DroppedRows, Counter]:
     paths = judge.template.paths
     if paths is not None:
         wanted = {p[0] for p in paths if isinstance(p[0], str)} & set(table.column_names)
         table = table.select([c for c in table.column_names if c in wanted])
     keep = np.ones(table.num_rows, dtype=bool)
-    dropped_rows, verdicts = [], []
+    dropped_rows, verdicts, lacking = [], [], Counter()
     offset = 0
     for batch in table.to_batches(max_chunksize=65536):
         for index, row in enumerate(batch.to_pylist(), start=offset):
             verdict = judge.judge(row)
+            if verdict.kept and verdict.missing_fields:
+                lacking.update(verdict.missing_fields)
             if not verdict.kept:
                 keep[index] = False
                 dropped_rows.append(index)
                 verdicts.append(verdict)
         offset += batch.num_rows
-    return keep, DroppedRows.collect(str(path), dropped_rows, verdicts)
+    return keep, DroppedRows.collect(str(path), dropped_rows, verdicts), lacking

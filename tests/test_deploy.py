@@ -392,11 +392,12 @@ def test_enforcement_is_opt_in_and_spares_system_namespaces(render, labels, enfo
     assert selector_matches(_webhook(_docs(render, "base"))["namespaceSelector"], labels) is enforced
 
 
-def test_cluster_role_only_reads_nodes_and_node_images(render):
+def test_cluster_role_only_reads_nodes_node_images_and_runtime_classes(render):
     documents = _docs(render, "base")
     rules = _one(documents, "ClusterRole", "image-preflight")["rules"]
     granted = {(group, resource): set(rule["verbs"]) for rule in rules for group in rule["apiGroups"] for resource in rule["resources"]}
-    assert granted == {("", "nodes"): {"list", "watch"}, ("image-preflight.io", "nodeimages"): {"list", "watch"}}
+    assert granted == {("", "nodes"): {"list", "watch"}, ("image-preflight.io", "nodeimages"): {"list", "watch"},
+                       ("node.k8s.io", "runtimeclasses"): {"list", "watch"}}
     assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in rules)
     assert not [d for d in documents if d["kind"] in ("Role", "RoleBinding")]
     binding = _one(documents, "ClusterRoleBinding")

@@ -181,6 +181,39 @@ def test_a_runtime_list_replaces_node_status_but_not_a_deleted_node(control_plan
                "the deleted node leaves the inventory although its runtime list remains")
 
 
+def test_runtime_classes_from_the_watch_follow_creates_updates_and_deletes(control_plane, case):
+    from kubernetes import client as k8s
+
+    from image_preflight.kube.runtime_classes import runtime_class_watcher
+
+    api_client = control_plane.api_client()
+    node_v1 = k8s.NodeV1Api(control_plane.core().api_client)
+    name = case.name("gvisor")
+    live = LiveInventory()
+    watcher = runtime_class_watcher(api_client, live, backoff_initial=0.01, backoff_max=0.1)
+    watcher.start()
+    try:
+        selector = lambda: (c := live.current.runtime_classes.get(name)) and dict(c.node_selector)  # noqa: E731
+        node_v1.create_runtime_class({"metadata": {"name": name, "labels": case.labels}, "handler": "runsc",
+                                      "scheduling": {"nodeSelector": {"runtime": "gvisor"}}})
+        wait_until(lambda: selector() == {"runtime": "gvisor"}, "the created RuntimeClass is seen")
+        node_v1.patch_runtime_class(name, {"scheduling": {"nodeSelector": {"runtime": "kata"}}})
+        wait_until(lambda: selector() == {"runtime": "kata"}, "the changed selector is seen")
+        node_v1.delete_runtime_class(name)
+        wait_until(lambda: name not in live.current.runtime_classes, "the deleted RuntimeClass is gone")
+    finally:
+        watcher.stop()
+        api_client.close()
+
+
+def test_an_unreadable_runtime_class_update_stops_deciding_with_the_old_one():
+    live = LiveInventory()
+    live.replace_runtime_classes([{"metadata": {"name": "gvisor"}, "scheduling": {"nodeSelector": {"a": "b"}}}])
+    assert set(live.current.runtime_classes) == {"gvisor"}
+    live.upsert_runtime_class({"metadata": {"name": "gvisor"}, "scheduling": {"nodeSelector": []}})
+    assert live.current.runtime_classes == {}
+
+
 def test_a_review_of_a_workload_without_images_to_check_is_allowed(watch_cluster):
     watched = watch_cluster()
     wait_until(watched.inventory.synced.is_set, "the first list completes")

@@ -331,6 +331,22 @@ def test_dump_then_scan_reports_an_absent_image_as_missing(control_plane, nodes,
                                                                                (2, "unknown")]
 
 
+def test_dump_carries_runtime_classes_that_scan_and_serve_read(control_plane, case, tmp_path, capsys):
+    from kubernetes import client as k8s
+
+    from image_preflight.api import load_inventory
+
+    name = case.name("gvisor")
+    k8s.NodeV1Api(control_plane.core().api_client).create_runtime_class(
+        {"metadata": {"name": name, "labels": case.labels}, "handler": "runsc",
+         "scheduling": {"nodeSelector": {"runtime": "gvisor"}}})
+    document, err = dump(control_plane.kubeconfig, tmp_path, capsys)
+    (item,) = only(document, {name})["items"]
+    assert (item["apiVersion"], item["kind"]) == ("node.k8s.io/v1", "RuntimeClass") and "RuntimeClasses" in err
+    inventory = load_inventory(tmp_path / "dump.json")
+    assert dict(inventory.runtime_classes[name].node_selector) == {"runtime": "gvisor"}
+
+
 def test_dump_leaves_out_lists_that_prove_nothing_or_name_no_node(control_plane, case, nodes, tmp_path, capsys):
     gone = case.name("gone-1")
     create_node_images(control_plane, node_images(nodes.cpu, HELD, observed_at=time.time() - 3600))

@@ -497,3 +497,45 @@ def test_nan_and_infinity_render_as_agent_lightning_receives_them():
     assert kept == [rows[2]]
     assert [(index, verdict.reason, verdict.images) for index, _, verdict in dropped] == [
         (0, "invalid", ("None:openai",)), (1, "invalid", ("None:openai",))]
+
+
+# --- agent-lightning's own template ---------------------------------------------------------------
+
+AGL_TEMPLATE = REPO / "tests/data/agent-lightning/job-template-openai.yaml"
+
+
+def test_a_row_lacking_a_text_only_field_is_kept_and_counted_as_agent_lightning_runs_it(work, capsys):
+    """agentlightning/controller/k8s_reconciler.py, build_job_spec: a plain jinja2.Environment
+    prints a missing `problem_statement` as "" and the Job runs; a missing `image_name` gives the
+    image ":openai", which never runs."""
+    from tests.test_render import controller_render
+
+    template = AGL_TEMPLATE.read_text()
+    rows = [{"instance_id": "a", "image_name": "good", "problem_statement": "fix it"},
+            {"instance_id": "b", "image_name": "good"},
+            {"instance_id": "c", "image_name": "other"},
+            {"instance_id": "d", "problem_statement": "fix it"}]
+    agent = controller_render(template, rows[1])["spec"]["template"]["spec"]["containers"][0]
+    assert agent["env"][0] == {"name": "AGL_TASK_INPUT", "value": ""} and agent["image"] == "good:openai"
+    write_jsonl(work / "train.jsonl", rows)
+    assert main(["scan", "train.jsonl", "--template", str(AGL_TEMPLATE), "--inventory", "nodes.json",
+                 "--report", "report.json"]) == 0
+    (file,) = json.loads((work / "report.json").read_text())["files"]
+    assert (file["rows"], file["kept"], file["dropped"]["unrenderable"]) == (4, 3, 1)
+    assert file["kept_lacking"] == {"input.problem_statement": 2}
+    assert "kept 2 row(s) of train.jsonl lacking input.problem_statement" in capsys.readouterr().out
+
+
+def test_a_parquet_file_without_a_text_only_column_is_kept_and_counted(work, capsys):
+    """In parquet a row cannot lack one field (a column holds null, which prints "None"); a file
+    without the column lacks it in every row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"instance_id": "a", "image_name": "good"}, {"instance_id": "b", "image_name": "good"},
+            {"instance_id": "c", "image_name": "lost"}]
+    pq.write_table(pa.Table.from_pylist(rows), work / "train.parquet")
+    assert main(["scan", "train.parquet", "--template", str(AGL_TEMPLATE), "--inventory", "nodes.json",
+                 "--report", "report.json"]) == 0
+    (file,) = json.loads((work / "report.json").read_text())["files"]
+    assert (file["kept"], file["dropped"]["missing"], file["kept_lacking"]) == (2, 1, {"input.problem_statement": 2})

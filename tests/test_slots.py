@@ -94,6 +94,8 @@ ROWS = [
     {"instance_id": "i-10", "image_name": "app", "pool": "cpu", "custom": False, "containers": ["app"]},
     {"instance_id": None, "image_name": "app", "image": "app:openai", "pool": "cpu", "custom": False, "containers": ["app"]},
     {"instance_id": "i-12", "image_name": "app", "image": "app:openai", "pool": "gpu", "custom": False, "containers": ["app"]},
+    {"instance_id": "i-13", "image_name": "app", "image": "app:openai", "custom": False, "containers": ["app"]},
+    {"instance_id": "i-14", "image": "app:openai", "pool": "cpu", "custom": True, "containers": ["app"]},
 ]
 
 
@@ -115,7 +117,8 @@ def test_shared_verdicts_equal_a_full_render_of_each_row(name):
     for row in ROWS + ROWS[::-1]:  # both orders: whichever row a group meets first
         reference = RowJudge(template, _inventory())._judge_uncached(row)
         got = shared.judge(row)
-        assert (got.reason, got.images) == (reference.reason, reference.images), row
+        assert (got.reason, got.images, got.missing_fields) == (
+            reference.reason, reference.images, reference.missing_fields), row
 
 
 def test_the_example_renders_its_shape_once_and_keys_rows_by_image_only():
@@ -137,12 +140,13 @@ def test_a_bare_field_that_lands_in_the_image_is_keyed_by_value():
     assert judge.judge({"instance_id": "b", "image": "app:openai"}).reason == KEPT
 
 
-def test_a_missing_printed_field_is_still_unrenderable():
+def test_a_missing_text_field_is_kept_with_a_warning_and_a_missing_image_field_is_unrenderable():
     judge = RowJudge(JobTemplate(TEMPLATES["agent-lightning style"]), _inventory())
     assert judge.judge({"instance_id": "x", "image_name": "app"}).reason == KEPT
     verdict = judge.judge({"image_name": "app"})
-    assert verdict.reason == UNRENDERABLE
-    assert "input.instance_id" in verdict.detail
+    assert (verdict.reason, verdict.missing_fields) == (KEPT, ("input.instance_id",))
+    verdict = judge.judge({"instance_id": "x"})
+    assert (verdict.reason, verdict.detail) == (UNRENDERABLE, "field input.image_name: missing")
 
 
 def test_an_image_past_u_ffff_gets_its_own_render():

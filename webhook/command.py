@@ -123,6 +123,7 @@ def _inventory_source(args: argparse.Namespace, metrics: Metrics):
     from image_preflight.kube.client import api_client
     from image_preflight.kube.node_images import start_runtime_watch
     from image_preflight.kube.nodes import NodeWatcher
+    from image_preflight.kube.runtime_classes import runtime_class_watcher
 
     api = api_client(args.kubeconfig)
     live = LiveInventory(max_images=args.max_images)
@@ -133,6 +134,10 @@ def _inventory_source(args: argparse.Namespace, metrics: Metrics):
     watcher.start()
     # The node agents' complete lists, where the CRD is installed; node status otherwise.
     runtime = start_runtime_watch(api, live, lambda reason: metrics.watch_restarts.labels(reason).inc())
+    # Readiness does not wait for RuntimeClasses: until listed, a pod naming one is undecided
+    # (unknown), while every other pod is decided as soon as the nodes are known.
+    classes = runtime_class_watcher(api, live, on_restart=lambda reason: metrics.watch_restarts.labels(reason).inc())
+    classes.start()
 
     def age() -> float:
         # Events and bookmarks both prove the view current, even when nothing changed.
@@ -141,5 +146,6 @@ def _inventory_source(args: argparse.Namespace, metrics: Metrics):
     def stop() -> None:
         watcher.stop()
         runtime.stop()
+        classes.stop()
 
     return live, age, lambda: live.synced.is_set() and age() < args.max_inventory_age, stop

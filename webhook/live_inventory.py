@@ -16,6 +16,8 @@ from image_preflight.files.poll import Poller, file_stamp
 from image_preflight.core.inventory import DEFAULT_MAX_IMAGES, Inventory, NodeImages
 from image_preflight.files.inventory import load_inventory_file
 from image_preflight.core.node_status import node_images_from_node
+from image_preflight.core.runtime_classes import RuntimeClassScheduling, runtime_class_from_object
+from image_preflight.core.scheduling import SchedulingSpecError
 from image_preflight.core.runtime_inventory import node_images_from_runtime
 from image_preflight.image_set import compact
 from image_preflight.kube.node_images import runtime_node_name
@@ -32,6 +34,7 @@ class LiveInventory:
         self._lock = threading.Lock()
         self._status: dict[str, NodeImages] = {}
         self._runtime: dict[str, NodeImages] = {}
+        self._classes: dict[str, RuntimeClassScheduling] = {}
         self.current = Inventory()
         self.synced = threading.Event()
 
@@ -85,6 +88,35 @@ class LiveInventory:
             self._runtime.pop(node, None)
             self._publish()
 
+    # RuntimeClasses (see image_preflight.kube.runtime_classes).
+    def replace_runtime_classes(self, objects: list[dict]) -> None:
+        classes = dict(filter(None, map(self._convert_class, objects)))
+        with self._lock:
+            self._classes = classes
+            self._publish()
+
+    def upsert_runtime_class(self, obj: dict) -> None:
+        converted = self._convert_class(obj)
+        with self._lock:
+            if converted is None:
+                # Unreadable now: its old scheduling must not go on deciding.
+                self._classes.pop(_name(obj), None)
+            else:
+                self._classes[converted[0]] = converted[1]
+            self._publish()
+
+    def delete_runtime_class(self, obj: dict) -> None:
+        with self._lock:
+            self._classes.pop(_name(obj), None)
+            self._publish()
+
+    def _convert_class(self, obj: dict) -> tuple[str, RuntimeClassScheduling] | None:
+        try:
+            return runtime_class_from_object(obj)
+        except SchedulingSpecError as exc:
+            log.warning("ignoring a RuntimeClass the API returned: %s", exc)
+            return None
+
     def _convert_runtime(self, obj: dict) -> NodeImages | None:
         try:
             return compact(node_images_from_runtime(obj))
@@ -102,7 +134,12 @@ class LiveInventory:
     def _publish(self) -> None:
         # A runtime list outlives its node's deletion; without the Node it must not come back.
         runtime = (item for name, item in self._runtime.items() if name in self._status)
-        self.current = Inventory(tuple(self._status.values())).merged(runtime)
+        self.current = Inventory(tuple(self._status.values()), dict(self._classes)).merged(runtime)
+
+
+def _name(obj: object) -> str | None:
+    metadata = obj.get("metadata") if isinstance(obj, dict) else None
+    return metadata.get("name") if isinstance(metadata, dict) else None
 
 
 class FileInventory:

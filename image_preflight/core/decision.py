@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from image_preflight.core.images import InvalidReference
 from image_preflight.core.inventory import Inventory, NodeImages, image_key
+from image_preflight.core.runtime_classes import RuntimeClassConflict, with_runtime_class
 from image_preflight.core.scheduling import PodPlacement, as_admitted, as_daemon, unschedulable_reason
 from image_preflight.core.workloads import ContainerImage, container_images
 
@@ -72,7 +73,26 @@ def decide(
     placement = as_admitted(PodPlacement.from_pod_spec(spec))
     if kind == "DaemonSet":
         placement = as_daemon(placement)
-    return decide_images(container_images(spec), placement, inventory, require=require, now=now)
+    images = container_images(spec)
+    if placement.runtime_class is not None:
+        runtime_class = inventory.runtime_classes.get(placement.runtime_class)
+        if runtime_class is None:
+            # Absent from a live view: the apiserver forbids the pod (or our view lags); absent from
+            # a snapshot: it may not list RuntimeClasses. Either way placement is not known.
+            reason = f"RuntimeClass {placement.runtime_class!r} is not in the inventory"
+            return _unplaced(images, reason, len(inventory), UNKNOWN)
+        try:
+            placement = with_runtime_class(placement, runtime_class)
+        except RuntimeClassConflict as exc:
+            return _unplaced(images, f"pod rejected: {exc}", len(inventory), NO_ELIGIBLE_NODE)
+    return decide_images(images, placement, inventory, require=require, now=now)
+
+
+def _unplaced(images: Sequence[ContainerImage], reason: str, nodes: int, outcome: str) -> Decision:
+    """A decision for a pod no node can be named for: only invalid references are certain."""
+    verdicts = tuple(_verdict(image, [], REQUIRE_ALL, None) for image in images)
+    decided = _outcome(verdicts, False)
+    return Decision(outcome if decided == NO_ELIGIBLE_NODE else decided, verdicts, (), ((reason, nodes),))
 
 
 def decide_images(

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
 
 from image_preflight.core.images import InvalidReference, docker_ref, is_valid_digest
+from image_preflight.core.runtime_classes import RuntimeClassScheduling
 from image_preflight.core.scheduling import NodeTraits
 
 DEFAULT_MAX_IMAGES = 50  # KubeletConfiguration.nodeStatusMaxImages
@@ -81,6 +82,8 @@ class NodeImages:
 @dataclass(frozen=True, slots=True)
 class Inventory:
     nodes: tuple[NodeImages, ...] = ()
+    # The cluster's RuntimeClasses by name; a pod naming one not here is undecidable.
+    runtime_classes: Mapping[str, RuntimeClassScheduling] = field(default_factory=dict)
     _by_name: Mapping[str, NodeImages] = field(init=False, repr=False, compare=False)
     # Memo for image_preflight.core.decision.eligible_nodes: rollout Jobs share one placement, so the
     # scheduler filters run once per placement and inventory instead of once per request.
@@ -108,7 +111,11 @@ class Inventory:
             if old is not None and node.traits is None:
                 node = replace(node, traits=old.traits)
             by_name[node.node] = node
-        return Inventory(tuple(by_name.values()))
+        return Inventory(tuple(by_name.values()), self.runtime_classes)
+
+    def with_runtime_classes(self, runtime_classes: Mapping[str, RuntimeClassScheduling]) -> Inventory:
+        """This inventory with these RuntimeClasses added (a same-named one replaced)."""
+        return Inventory(self.nodes, {**self.runtime_classes, **runtime_classes})
 
     @property
     def image_count(self) -> int:

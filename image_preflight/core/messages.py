@@ -47,10 +47,20 @@ def denial_message(decision: Decision) -> str:
     return "invalid: " + advice
 
 
+def _unplaced(decision: Decision) -> str:
+    """Why no node can be named for the pod: the first reason, or an empty inventory."""
+    if not decision.ineligible:
+        return "no node in the inventory can run this pod"
+    reason, count = decision.ineligible[0]
+    if reason.startswith(("RuntimeClass", "pod rejected")):
+        return reason
+    return f"no node in the inventory can run this pod ({count} {reason})"
+
+
 def unconfirmed_message(decision: Decision) -> str:
     """The denial under `--unknown deny`: images no eligible node's list can confirm."""
     if not decision.eligible:
-        return "invalid: no node in the inventory can run this pod, so its images cannot be confirmed (--unknown deny)"
+        return _clip(f"invalid: {_unplaced(decision)}, so its images cannot be confirmed (--unknown deny)", MAX_MESSAGE)
     clauses = [
         f"image {v.image.image!r} ({v.image.label}) is not confirmed on {_nodes(v.unknown_on)}"
         for v in decision.verdicts
@@ -75,7 +85,7 @@ def _warnings(decision: Decision, status: str, text: str) -> list[str]:
 
 def unknown_warnings(decision: Decision) -> list[str]:
     if not decision.eligible:
-        return [_clip("image-preflight: no node in the inventory can run this pod; images not checked", MAX_WARNING)]
+        return [_clip(f"image-preflight: {_unplaced(decision)}; images not checked", MAX_WARNING)]
     return _warnings(decision, UNKNOWN, "{image} not confirmed on {unknown} (partial or stale list)")
 
 

@@ -88,7 +88,7 @@ class NodeTraits:
         meta = _get(node, "metadata", Mapping, "node: metadata", {})
         name = _get(meta, "name", str, "node: metadata.name", "")
         where = f"node {name}: " if name else "node: "
-        labels = _string_map(meta, "labels", where + "metadata.labels")
+        labels = parse_string_map(meta, "labels", where + "metadata.labels")
         spec = _get(node, "spec", Mapping, where + "spec", {})
         taints = tuple(
             Taint(
@@ -177,6 +177,7 @@ class PodPlacement:
     term_errors: tuple[str, ...] = ()
     host_network: bool = False
     daemon: bool = False  # a DaemonSet's template: its controller places the pods (see as_daemon)
+    runtime_class: str | None = None  # spec.runtimeClassName (see core.runtime_classes)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "node_selector", MappingProxyType(dict(self.node_selector)))
@@ -195,8 +196,8 @@ class PodPlacement:
         if not isinstance(spec, Mapping):
             raise SchedulingSpecError(f"{path}: expected a mapping, got {type(spec).__name__}")
         node_name = _get(spec, "nodeName", str, path + ".nodeName", "") or None
-        node_selector = _string_map(spec, "nodeSelector", path + ".nodeSelector")
-        tolerations = tuple(_toleration(item, p) for p, item in _items(spec, "tolerations", path + ".tolerations"))
+        node_selector = parse_string_map(spec, "nodeSelector", path + ".nodeSelector")
+        tolerations = parse_tolerations(spec, path + ".tolerations")
         affinity = _get(spec, "affinity", Mapping, path + ".affinity", {})
         node_affinity = _get(affinity, "nodeAffinity", Mapping, path + ".affinity.nodeAffinity", {})
         required = _get(
@@ -207,7 +208,9 @@ class PodPlacement:
         if required is not None:
             terms = _compile_terms(required, path + _REQUIRED_PATH, errors)
         host_network = _get(spec, "hostNetwork", bool, path + ".hostNetwork", False)
-        return cls(node_name, node_selector, terms, tolerations, tuple(errors), host_network)
+        runtime_class = _get(spec, "runtimeClassName", str, path + ".runtimeClassName", "") or None
+        return cls(node_name, node_selector, terms, tolerations, tuple(errors), host_network,
+                   runtime_class=runtime_class)
 
 
 # plugin/pkg/admission/defaulttolerationseconds/admission.go (on by default): every Pod is admitted
@@ -334,7 +337,8 @@ def _get(obj: Mapping, key: str, kind: Any, path: str, default: Any) -> Any:
     return _check(obj.get(key), kind, path, default)
 
 
-def _string_map(obj: Mapping, key: str, path: str) -> dict[str, str]:
+def parse_string_map(obj: Mapping, key: str, path: str) -> dict[str, str]:
+    """`obj[key]` as a map of strings (a nodeSelector, labels); null or absent is empty."""
     found = _get(obj, key, Mapping, path, {})
     for k, v in found.items():
         if not isinstance(k, str):
@@ -356,6 +360,11 @@ def _items(obj: Mapping, key: str, path: str) -> list[tuple[str, Mapping]]:
     """List entries with their paths."""
     found = _get(obj, key, (list, tuple), path, ())
     return [(f"{path}[{i}]", _check(item, Mapping, f"{path}[{i}]", {})) for i, item in enumerate(found)]
+
+
+def parse_tolerations(obj: Mapping, path: str) -> tuple[Toleration, ...]:
+    """The `tolerations` list of `obj` (a pod spec, a RuntimeClass's scheduling); `path` names it."""
+    return tuple(_toleration(item, p) for p, item in _items(obj, "tolerations", path))
 
 
 def _toleration(item: Mapping, path: str) -> Toleration:

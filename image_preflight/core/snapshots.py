@@ -2,21 +2,25 @@
 
 Formats: `kubectl get nodes -o json` (a List/NodeList) or one Node; `crictl images -o json`;
 `docker images --format '{{json .}}'` lines; a plain list of references (one node); the node
-agent's NodeImages objects, alone or in a List.
+agent's NodeImages objects, alone or in a List. A List may hold RuntimeClasses too
+(`kubectl get nodes,runtimeclasses -o json`, `image-preflight inventory dump`).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from image_preflight.core.images import InvalidReference, docker_ref
 from image_preflight.core.inventory import DEFAULT_MAX_IMAGES, Inventory, NodeImages
 from image_preflight.core.node_status import node_images_from_node
+from image_preflight.core.runtime_classes import KIND as RUNTIME_CLASS_KIND
+from image_preflight.core.runtime_classes import runtime_class_from_object
 from image_preflight.core.runtime_inventory import RUNTIME_KIND, image_names, node_images_from_runtime
+from image_preflight.core.scheduling import SchedulingSpecError
 
 # What an item without a kind is: the apiserver leaves kind out of list items.
-_ITEM_KINDS = {"NodeList": "Node", "NodeImagesList": RUNTIME_KIND}
+_ITEM_KINDS = {"NodeList": "Node", "NodeImagesList": RUNTIME_KIND, "RuntimeClassList": RUNTIME_CLASS_KIND}
 
 
 class SnapshotError(ValueError):
@@ -51,27 +55,41 @@ def load_snapshot(
 
 def _from_document(doc: Mapping, source: str, observed_at, max_images, node_name) -> Inventory:
     kind = doc.get("kind")
-    if kind in ("List", "NodeList", "NodeImagesList"):
+    if kind in ("List", *_ITEM_KINDS):
         items = doc.get("items")
         if not isinstance(items, list):
             raise SnapshotError(f"{source}: items: not a list")
-        nodes, runtime = [], []
-        for index, item in enumerate(items):
-            convert = _item_reader(item, f"{source}: items[{index}]", _ITEM_KINDS.get(kind))
-            (runtime if convert is _runtime else nodes).append(
-                convert(item, f"{source}: items[{index}]", observed_at, max_images)
-            )
-        # The runtime's complete list wins over node status for the same node.
-        return Inventory(tuple(nodes)).merged(runtime)
-    if kind in ("Node", RUNTIME_KIND):
-        convert = _item_reader(doc, source)
-        return Inventory((convert(doc, source, observed_at, max_images),))
+        return _from_items(items, source, observed_at, max_images, _ITEM_KINDS.get(kind))
+    if kind in ("Node", RUNTIME_KIND, RUNTIME_CLASS_KIND):
+        return _from_items([doc], source, observed_at, max_images, None, single=True)
     if isinstance(doc.get("images"), list):
         return Inventory((_from_crictl(doc["images"], source, observed_at, node_name),))
     raise SnapshotError(
         f"{source}: not a snapshot of a known shape (expected a Node, a NodeList, "
         "NodeImages, `crictl images -o json`, `docker images --format '{{json .}}'` or references)"
     )
+
+
+def _from_items(items: list, source: str, observed_at, max_images, default_kind: str | None, *,
+                single: bool = False) -> Inventory:
+    nodes, runtime, classes = [], [], {}
+    for index, item in enumerate(items):
+        where = source if single else f"{source}: items[{index}]"
+        kind = (item.get("kind") or default_kind) if isinstance(item, Mapping) else None
+        if kind == "Node":
+            nodes.append(_node(item, where, observed_at, max_images))
+        elif kind == RUNTIME_KIND:
+            runtime.append(_runtime(item, where))
+        elif kind == RUNTIME_CLASS_KIND:
+            try:
+                name, scheduling = runtime_class_from_object(item, where)
+            except SchedulingSpecError as exc:
+                raise SnapshotError(str(exc)) from None
+            classes[name] = scheduling
+        else:
+            raise SnapshotError(f"{where}: kind {kind!r} is not Node, {RUNTIME_KIND} or {RUNTIME_CLASS_KIND}")
+    # The runtime's complete list wins over node status for the same node.
+    return Inventory(tuple(nodes), classes).merged(runtime)
 
 
 def _node(item: Mapping, where: str, observed_at, max_images) -> NodeImages:
@@ -81,20 +99,11 @@ def _node(item: Mapping, where: str, observed_at, max_images) -> NodeImages:
         raise SnapshotError(f"{where}: {exc}") from None
 
 
-def _runtime(item: Mapping, where: str, observed_at, max_images) -> NodeImages:
+def _runtime(item: Mapping, where: str) -> NodeImages:
     try:
         return node_images_from_runtime(item)
     except ValueError as exc:
         raise SnapshotError(f"{where}: {exc}") from None
-
-
-def _item_reader(item: object, where: str, default_kind: str | None = None) -> Callable[..., NodeImages]:
-    kind = (item.get("kind") or default_kind) if isinstance(item, Mapping) else None
-    if kind == "Node":
-        return _node
-    if kind == RUNTIME_KIND:
-        return _runtime
-    raise SnapshotError(f"{where}: kind {kind!r} is neither Node nor {RUNTIME_KIND}")
 
 
 def _from_crictl(images: list, source: str, observed_at, node_name: str) -> NodeImages:

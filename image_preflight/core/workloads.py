@@ -11,7 +11,8 @@ ALWAYS, IF_NOT_PRESENT, NEVER = "Always", "IfNotPresent", "Never"
 PULL_POLICIES = (ALWAYS, IF_NOT_PRESENT, NEVER)
 CONTAINER_FIELDS = ("initContainers", "containers", "ephemeralContainers")
 VOLUMES = "volumes"  # image volumes (volumes[].image, on by default from 1.35) are pulled like containers
-SCHEDULING_FIELDS = ("nodeName", "nodeSelector", "affinity", "tolerations")  # what image_preflight.core.scheduling reads
+# What image_preflight.core.scheduling reads (hostNetwork: a DaemonSet's extra toleration).
+SCHEDULING_FIELDS = ("nodeName", "nodeSelector", "affinity", "tolerations", "runtimeClassName", "hostNetwork")
 
 # Where each kind keeps its pod spec (apps/v1, batch/v1, core/v1).
 _POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {

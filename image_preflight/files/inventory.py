@@ -28,4 +28,5 @@ def load_inventory_file(paths: Path | Sequence[Path], *, max_images: int | None 
         except SnapshotError as exc:
             raise InputError(str(exc)) from None
         inventory = inventory.merged(compact(node) for node in snapshot.nodes)
+        inventory = inventory.with_runtime_classes(snapshot.runtime_classes)
     return inventory

@@ -451,7 +451,7 @@ CASE_LABEL = "image-preflight.test/case"
 
 class Case:
     """What one test puts in the shared cluster: named with its suffix, labelled with its label,
-    and deleted when it ends (Nodes by label, NodeImages by name)."""
+    and deleted when it ends (Nodes and RuntimeClasses by label, NodeImages by name)."""
 
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
@@ -476,6 +476,7 @@ class Case:
     def clean_up(self) -> None:
         core = self.plane.core()
         core.delete_collection_node(label_selector=self.selector)
+        k8s.NodeV1Api(core.api_client).delete_collection_runtime_class(label_selector=self.selector)
         custom = k8s.CustomObjectsApi(core.api_client)
         try:
             custom.delete_collection_cluster_custom_object(
