@@ -63,7 +63,7 @@ def yaml_free_job() -> dict:
         "spec": {"backoffLimit": 0, "template": {
             "metadata": {"labels": {"app.kubernetes.io/managed-by": "agentlightning"}},
             "spec": {"restartPolicy": "Never", "nodeSelector": {"pool": "cpu"}, "containers": [{
-                "name": "rollout", "image": "swesmith.x86_64.pandas-dev__pandas.95280573:openai",
+                "name": "rollout", "image": "jyangballin/swesmith.x86_64.pandas-dev_1776_pandas.95280573:openai",
                 "imagePullPolicy": "IfNotPresent", "command": ["python", "-m", "agentlightning.runner"],
                 "resources": {"requests": {"cpu": "2", "memory": "4Gi"}},
                 "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}],

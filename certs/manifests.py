@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from image_preflight.certs.store import write_atomic
+from image_preflight.files.atomic import write_atomic
 from image_preflight.errors import UsageError
 
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")

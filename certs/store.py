@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from image_preflight.certs.authority import (
     serving_cert_problem,
 )
 from image_preflight.errors import UsageError
+from image_preflight.files.atomic import write_atomic
 
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
@@ -157,26 +156,6 @@ def private_key_pem(key: PrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-
-
-def write_atomic(path: Path, data: bytes, mode: int) -> None:
-    """Replace `path` with `data` in one step, so readers see the old file or the new one."""
-    try:
-        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as tmp:
-            os.fchmod(tmp.fileno(), mode)
-            tmp.write(data)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.replace(tmp_name, path)
-    except BaseException as exc:
-        Path(tmp_name).unlink(missing_ok=True)
-        if isinstance(exc, OSError):
-            raise UsageError(f"{path}: cannot write: {exc.strerror or exc}") from None
-        raise
 
 
 def _read(path: Path) -> bytes | None:

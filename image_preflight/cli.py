@@ -29,6 +29,7 @@ COMMANDS = {
     "certs": Command("image_preflight.certs.command", "webhook", "create or renew the webhook's CA and certificate"),
     "agent": Command("image_preflight.agent.command", "agent", "publish this node's complete image list"),
     "inventory": Command("image_preflight.agent.dump_command", "kube", "write the cluster's nodes and images"),
+    "doctor": Command("image_preflight.doctor.command", "kube", "check the cluster end to end, each finding with its fix"),
 }
 
 
@@ -69,6 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"image-preflight {chosen}: {unavailable[chosen]}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):
+        # Row and image texts may hold what the terminal cannot encode (a lone surrogate from a
+        # JSON escape, non-ASCII under an ASCII locale): printed as escapes, never a traceback.
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
     try:
         code = args.run(args)
         sys.stdout.flush()  # a closed pipe shows here, not as a failure at interpreter exit

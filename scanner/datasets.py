@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from image_preflight.errors import UsageError
+from image_preflight.files.atomic import atomic_path, write_atomic
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet"}
 
@@ -67,6 +66,17 @@ def read_json_rows(path: Path) -> JsonRows:
     return JsonRows(rows, lines, numbers)
 
 
+def row_count_hint(path: Path) -> int | None:
+    """A parquet file's row count from its footer; None for JSON (known once read) or when the
+    footer cannot be read (the read itself will say why)."""
+    if dataset_format(path) != "parquet":
+        return None
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except (pa.ArrowException, OSError):
+        return None
+
+
 def read_parquet(path: Path) -> pa.Table:
     try:
         return pq.read_table(path)
@@ -83,8 +93,7 @@ def write_json_rows(path: Path, source: JsonRows, keep: Sequence[bool]) -> None:
     else:
         kept_rows = [row for row, ok in zip(source.rows, keep) if ok]
         payload = (json.dumps(kept_rows, ensure_ascii=False, indent=2) + "\n").encode()
-    with atomic_path(path) as tmp:
-        Path(tmp).write_bytes(payload)
+    write_atomic(path, payload)
 
 
 def write_parquet(path: Path, table: pa.Table, mask: pa.Array, *, like: Path) -> None:
@@ -104,29 +113,6 @@ def _compression_of(path: Path) -> str:
     except (pa.ArrowException, OSError):
         pass
     return "snappy"
-
-
-@contextmanager
-def atomic_path(path: Path) -> Iterator[str]:
-    """A temporary path beside `path` that replaces it only once fully written."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        yield tmp
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    try:
-        with atomic_path(path) as tmp:
-            Path(tmp).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot write ({_why(exc)})") from None
 
 
 def output_paths(inputs: Sequence[Path], out_dir: Path, *, extra: Sequence[Path] = ()) -> list[Path]:

@@ -69,6 +69,10 @@ class DroppedRows(Sequence):
             counts[verdict.reason] += int(rows)
         return Counter({reason: n for reason, n in counts.items() if n})
 
+    def count(self, matches) -> int:
+        """Rows whose verdict `matches` (a predicate on RowVerdict)."""
+        return sum(int(rows) for verdict, rows in zip(self.verdicts, self._per_verdict()) if matches(verdict))
+
     def missing_images(self) -> Counter:
         """Each missing image with the number of rows it drops."""
         counts: Counter = Counter()

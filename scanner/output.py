@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from image_preflight.scanner.datasets import write_text_atomic
-from image_preflight.scanner.judge import DROP_REASONS
+from image_preflight.core.inventory import Inventory
+from image_preflight.scanner.judge import DROP_REASONS, UNKNOWN
 from image_preflight.scanner.scan import ScanResult
 
 MAX_IMAGES_SHOWN = 20
 MAX_ROWS_SHOWN = 20
 
 
-def print_summary(result: ScanResult, console: Console) -> None:
+CAP_ADVICE_SHARE = 0.1  # past this share of rows unknown through caps, the scan says so loudly
+
+
+def print_summary(result: ScanResult, console: Console, inventory: Inventory | None = None) -> None:
     table = Table(title="image-preflight scan", title_justify="left")
     table.add_column("file")
     for header in ("rows", "kept", *DROP_REASONS):
@@ -38,12 +40,38 @@ def print_summary(result: ScanResult, console: Console) -> None:
     _print_dropped_rows(result, console)
     for file in result.files:
         for name, rows in sorted(file.lacking.items()):
-            # agent-lightning prints a missing field as empty text and the Job runs: kept, but said.
-            console.print(f"kept {rows} row(s) of {file.path} lacking {name}: the Job prints it as empty text",
+            # agent-lightning's controller prints a missing field as "" (or "None" where the trainer
+            # fills missing fields with None) and the Job runs: kept, but said.
+            console.print(f"kept {rows} row(s) of {file.path} lacking {name}: printed only as text, the Job still runs",
                           markup=False, highlight=False)
     for file in result.files:
         if file.output is not None:
-            console.print(f"wrote {file.kept} kept rows to {file.output}")
+            console.print(f"wrote {file.kept} kept rows to {_printable(str(file.output))}")
+    if inventory is not None:
+        for line in cap_warnings(result, inventory):
+            console.print(line, markup=False, highlight=False, style="bold")
+
+
+def cap_warnings(result: ScanResult, inventory: Inventory) -> list[str]:
+    """What the node lists' caps cost this scan, and the way out."""
+    lines = []
+    for node in inventory.nodes:
+        if node.over_cap is not None:
+            lines.append(f"warning: node {node.node} lists more images than the cap of {node.over_cap} in force, so "
+                         f"its kubelet's nodeStatusMaxImages is higher: pass --max-images with that value (-1: no cap)")
+    capped = {node.node for node in inventory.nodes if node.capped}
+    rows = sum(f.rows for f in result.files)
+    unknown = sum(f.dropped.count(lambda v: v.reason == UNKNOWN and capped.intersection(v.nodes)) for f in result.files)
+    if rows and unknown > CAP_ADVICE_SHARE * rows:
+        lines.append(f"{unknown} of {rows} rows ({unknown / rows:.0%}) are unknown because the kubelets list at most "
+                     "nodeStatusMaxImages images per node (50 by default) and these nodes hold more: run the node "
+                     "agent (deploy/agent), or set the kubelets' nodeStatusMaxImages: -1 and pass --max-images -1")
+    return lines
+
+
+def _printable(text: str) -> str:
+    """`text` with lone surrogates (from JSON escapes) shown as escapes: always valid UTF-8."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _print_dropped_rows(result: ScanResult, console: Console) -> None:
@@ -93,9 +121,10 @@ def report_document(result: ScanResult) -> dict:
     }
 
 
-def write_report(path: Path, result: ScanResult) -> None:
-    write_text_atomic(path, json.dumps(report_document(result), indent=2) + "\n")
+def report_text(result: ScanResult) -> str:
+    # ASCII: an image or row text holding a lone surrogate still makes a valid UTF-8 file.
+    return json.dumps(report_document(result), indent=2) + "\n"
 
 
-def write_missing_images(path: Path, result: ScanResult) -> None:
-    write_text_atomic(path, "".join(f"{image}\n" for image in sorted(result.missing_images())))
+def missing_images_text(result: ScanResult) -> str:
+    return "".join(f"{_printable(image)}\n" for image in sorted(result.missing_images()))

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import pyarrow as pa
 
 from image_preflight.errors import UsageError
+from image_preflight.files.atomic import atomic_path
 from image_preflight.scanner import datasets
 from image_preflight.scanner.dropped import DroppedRows
 from image_preflight.scanner.judge import RowJudge
 from image_preflight.scanner.parquet_inputs import distinct_inputs
 
-Progress = Callable[[int], None]  # called with the number of rows just judged
+class Progress(Protocol):
+    def advance(self, rows: int) -> None:
+        """`rows` more rows judged."""
+
+    def add_total(self, rows: int) -> None:
+        """`rows` more rows to judge (a file's count, once it is known)."""
 
 
 @dataclass(slots=True)
@@ -65,6 +72,13 @@ def scan(
     """`protect`: more files (template, snapshots) that an output must not replace."""
     for path in paths:
         datasets.dataset_format(path)
+    counted = set()
+    if progress:
+        for path in paths:
+            rows = datasets.row_count_hint(path)
+            if rows is not None:
+                counted.add(path)
+                progress.add_total(rows)
     outputs = datasets.output_paths(paths, out_dir, extra=protect) if out_dir is not None else [None] * len(paths)
     result = ScanResult()
     # Every output is staged and moved into place only once all inputs were read: an unreadable
@@ -72,8 +86,8 @@ def scan(
     try:
         with ExitStack() as staged:
             for path, output in zip(paths, outputs):
-                stage = Path(staged.enter_context(datasets.atomic_path(output))) if output is not None else None
-                file_result = scan_file(path, judge, output=stage, progress=progress)
+                stage = Path(staged.enter_context(atomic_path(output))) if output is not None else None
+                file_result = scan_file(path, judge, output=stage, progress=progress, counted=path in counted)
                 file_result.output = output
                 result.files.append(file_result)
     except OSError as exc:  # inputs are read with their own errors; this is the out-dir
@@ -82,16 +96,21 @@ def scan(
     return result
 
 
-def scan_file(path: Path, judge: RowJudge, *, output: Path | None = None, progress: Progress | None = None) -> FileResult:
+def scan_file(path: Path, judge: RowJudge, *, output: Path | None = None, progress: Progress | None = None,
+              counted: bool = False) -> FileResult:
+    """`counted`: the progress total already holds this file's rows."""
     if datasets.dataset_format(path) == "parquet":
-        return _scan_parquet(path, judge, output, progress)
-    return _scan_json(path, judge, output, progress)
+        return _scan_parquet(path, judge, output, progress, counted)
+    return _scan_json(path, judge, output, progress, counted)
 
 
-def _scan_json(path: Path, judge: RowJudge, output: Path | None, progress: Progress | None) -> FileResult:
+def _scan_json(path: Path, judge: RowJudge, output: Path | None, progress: Progress | None,
+               counted: bool) -> FileResult:
     source = datasets.read_json_rows(path)
     if not source.rows:
         raise UsageError(f"{path}: no rows")
+    if progress and not counted:
+        progress.add_total(len(source.rows))
     keep, dropped_rows, verdicts, lines, lacking = [], [], [], [], Counter()
     for index, row in enumerate(source.rows):
         verdict = judge.judge(row)
@@ -104,21 +123,24 @@ def _scan_json(path: Path, judge: RowJudge, output: Path | None, progress: Progr
             if source.line_numbers:
                 lines.append(source.line_numbers[index])
         if progress and index % 1024 == 1023:
-            progress(1024)
+            progress.advance(1024)
     if progress:
-        progress(len(source.rows) % 1024)
+        progress.advance(len(source.rows) % 1024)
     if output is not None:
         datasets.write_json_rows(output, source, keep)
     dropped = DroppedRows.collect(str(path), dropped_rows, verdicts, lines if source.line_numbers else None)
     return FileResult(path, len(source.rows), dropped, output, lacking)
 
 
-def _scan_parquet(path: Path, judge: RowJudge, output: Path | None, progress: Progress | None) -> FileResult:
+def _scan_parquet(path: Path, judge: RowJudge, output: Path | None, progress: Progress | None,
+                  counted: bool) -> FileResult:
     table = datasets.read_parquet(path)
     if table.num_rows == 0:
         raise UsageError(f"{path}: no rows")
+    if progress and not counted:
+        progress.add_total(table.num_rows)
     inputs = distinct_inputs(table, judge.value_paths, judge.presence_paths)
-    verdicts = [judge.shared_verdict(row) for row in inputs.rows] if inputs is not None else [None]
+    verdicts, counted_rows = _shared_verdicts(judge, inputs, progress) if inputs is not None else ([None], 0)
     if None not in verdicts:
         keep_group = np.fromiter((v.kept for v in verdicts), dtype=bool, count=len(verdicts))
         keep = keep_group[inputs.group_of_row]
@@ -130,15 +152,33 @@ def _scan_parquet(path: Path, judge: RowJudge, output: Path | None, progress: Pr
             if verdict.kept and verdict.missing_fields:
                 lacking.update({name: int(sizes[group]) for name in verdict.missing_fields})
     else:
-        keep, dropped, lacking = _judge_row_by_row(table, judge, path)
-    if progress:
-        progress(table.num_rows)
+        keep, dropped, lacking = _judge_row_by_row(table, judge, path, progress, counted_rows)
     if output is not None:
         datasets.write_parquet(output, table, pa.array(keep, type=pa.bool_()), like=path)
     return FileResult(path, table.num_rows, dropped, output, lacking)
 
 
-def _judge_row_by_row(table: pa.Table, judge: RowJudge, path: Path) -> tuple[np.ndarray, DroppedRows, Counter]:
+def _shared_verdicts(judge: RowJudge, inputs, progress: Progress | None) -> tuple[list, int]:
+    """One verdict per distinct input, and the rows reported to `progress` (the rows each verdict
+    decides). A None verdict ends the list: the rows are then judged one by one."""
+    sizes = np.bincount(inputs.group_of_row, minlength=len(inputs.rows)) if progress else None
+    verdicts, done, reported = [], 0, 0
+    for group, row in enumerate(inputs.rows):
+        verdict = judge.shared_verdict(row)
+        verdicts.append(verdict)
+        if verdict is None:
+            break
+        if progress:
+            done += int(sizes[group])  # type: ignore[index]
+            if done >= 1024 or group == len(inputs.rows) - 1:
+                progress.advance(done)
+                reported, done = reported + done, 0
+    return verdicts, reported
+
+
+def _judge_row_by_row(table: pa.Table, judge: RowJudge, path: Path, progress: Progress | None = None,
+                      reported: int = 0) -> tuple[np.ndarray, DroppedRows, Counter]:
+    """`reported`: rows already counted in `progress`, not to be counted twice."""
     paths = judge.template.paths
     if paths is not None:
         wanted = {p[0] for p in paths if isinstance(p[0], str)} & set(table.column_names)
@@ -156,4 +196,8 @@ def _judge_row_by_row(table: pa.Table, judge: RowJudge, path: Path) -> tuple[np.
                 dropped_rows.append(index)
                 verdicts.append(verdict)
         offset += batch.num_rows
+        if progress:
+            credit = min(reported, batch.num_rows)
+            reported -= credit
+            progress.advance(batch.num_rows - credit)
     return keep, DroppedRows.collect(str(path), dropped_rows, verdicts), lacking

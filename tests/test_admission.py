@@ -612,8 +612,9 @@ def test_the_readme_example_review_is_denied_against_the_example_nodes():
     assert response["uid"] == review["request"]["uid"]
     assert response["allowed"] is False
     assert response["status"]["code"] == 422
-    assert "swesmith.x86_64.getmoto__moto.694ce1f4:openai" in response["status"]["message"]
-    assert "cpu-node-1" in response["status"]["message"]
+    message = response["status"]["message"]
+    assert "'jyangballin/swesmith.x86_64.getmoto_1776_moto.694ce1f4:openai' (container 'agent'" in message
+    assert "eligible node(s) cpu-node-1;" in message  # gpu-node-1 is tainted nvidia.com/gpu:NoSchedule
 
 
 def test_a_daemonset_is_decided_on_the_cordoned_nodes_its_controller_still_uses():

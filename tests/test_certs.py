@@ -19,7 +19,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import DNSName, PolicyBuilder, Store, VerificationError
 
 from image_preflight.certs.authority import service_dns_names
-from image_preflight.certs.store import CertRequest, ensure_certificates, write_atomic
+from image_preflight.certs.store import CertRequest, ensure_certificates
 from image_preflight.cli import main
 
 SERVICE, NAMESPACE = "preflight", "ops"
@@ -243,17 +243,6 @@ def test_switching_key_type_reissues_leaf_only(capsys, tmp_path):
     assert (tmp_path / "ca.crt").read_bytes() == ca_before
     assert isinstance(read_cert(tmp_path / "tls.crt").public_key(), rsa.RSAPublicKey)
     verify_chain(tmp_path)
-
-
-def test_failed_write_leaves_old_file_and_no_temp_file(tmp_path):
-    target = tmp_path / "tls.crt"
-    target.write_bytes(b"old")
-
-    with pytest.raises(TypeError):
-        write_atomic(target, "not bytes", 0o644)  # type: ignore[arg-type]
-
-    assert target.read_bytes() == b"old"
-    assert [p.name for p in tmp_path.iterdir()] == ["tls.crt"]
 
 
 # --- bad input --------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
+import kubernetes
 import kubernetes_validate
 import pytest
 import yaml
@@ -23,9 +24,11 @@ from cryptography import x509
 from kubernetes_validate.utils import latest_version
 
 from image_preflight.cli import build_parser, main
+from image_preflight.doctor.findings import selects as selector_matches  # metav1.LabelSelector
 from image_preflight.core.decision import DENY, decide
 from image_preflight.files.inventory import load_inventory_file
 from image_preflight.core.workloads import pod_spec_of
+from tests.agent_lightning import build_job_spec, example_row
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -150,24 +153,6 @@ def _webhook(documents: list[dict]) -> dict:
 
 def _pod_spec(documents: list[dict]) -> dict:
     return _one(documents, "Deployment", "image-preflight")["spec"]["template"]["spec"]
-
-
-def selector_matches(selector: dict, labels: dict[str, str]) -> bool:
-    """A metav1.LabelSelector, as the apiserver evaluates namespace and object selectors."""
-    if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
-        return False
-    for expression in selector.get("matchExpressions") or []:
-        key, operator, values = expression["key"], expression["operator"], expression.get("values") or []
-        present = key in labels
-        if operator == "In" and not (present and labels[key] in values):
-            return False
-        if operator == "NotIn" and present and labels[key] in values:
-            return False
-        if operator == "Exists" and not present:
-            return False
-        if operator == "DoesNotExist" and present:
-            return False
-    return True
 
 
 # --- cert-manager: no schema ships with kubernetes-validate, so the fields our manifests use ---
@@ -515,16 +500,27 @@ def _differences_from_base(render, target: str) -> dict:
     return {k: changed.get(k) for k in set(base) | set(changed) if base.get(k) != changed.get(k)}
 
 
-def test_agentlightning_only_component_checks_only_agentlightning_objects(render):
+def test_agentlightning_only_component_matches_agentlightnings_jobs_and_their_pods(render):
+    """build_job_spec labels the Job, not its Pods (the real template labels them app: agl-rollout
+    only), so the component matches Jobs by label and Pods by the job-name label the apiserver adds
+    to every Job's template. Its behaviour is proved on a real control plane in
+    tests/test_cluster_agentlightning.py; here, its shape."""
     target = "base+components/agentlightning-only"
     if target not in TARGETS:
         pytest.fail("deploy/components/agentlightning-only is missing")
     differences = _differences_from_base(render, target)
-    assert set(differences) == {"objectSelector"}
+    assert set(differences) == {"matchConditions"}  # the rules and namespaceSelector stay the base's
+    (condition,) = differences["matchConditions"]
+    expression = " ".join(condition["expression"].split())
+    assert expression.startswith("[object, oldObject].exists(o, o != null && has(o.metadata.labels) && (")
+    assert ("'app.kubernetes.io/managed-by' in o.metadata.labels && "
+            "o.metadata.labels['app.kubernetes.io/managed-by'] == 'agentlightning'") in expression
+    assert ("'batch.kubernetes.io/job-name' in o.metadata.labels && "
+            "o.metadata.labels['batch.kubernetes.io/job-name'].startsWith('agl-rollout-')") in expression
     job = yaml.safe_load((EXAMPLES / "missing-image-job.yaml").read_text(encoding="utf-8"))
-    assert selector_matches(differences["objectSelector"], job["metadata"]["labels"])
-    assert selector_matches(differences["objectSelector"], job["spec"]["template"]["metadata"]["labels"])
-    assert not selector_matches(differences["objectSelector"], {"app.kubernetes.io/managed-by": "helm"})
+    assert job["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "agentlightning"
+    assert job["metadata"]["name"].startswith("agl-rollout-")
+    assert job["spec"]["template"]["metadata"]["labels"] == {"app": "agl-rollout"}
 
 
 def test_failure_policy_fail_component_changes_only_the_policy(render):
@@ -537,16 +533,72 @@ def test_failure_policy_fail_component_changes_only_the_policy(render):
 # --- the walkthrough's example and document ---------------------------------------------------
 
 
-def test_missing_image_job_is_an_agentlightning_job_the_example_node_would_deny():
+def test_the_example_job_template_is_agent_lightnings_own():
+    own = ROOT / "tests" / "data" / "agent-lightning" / "job-template-openai.yaml"
+    assert (EXAMPLES / "job.yaml").read_text(encoding="utf-8") == own.read_text(encoding="utf-8")
+
+
+def test_missing_image_job_is_what_agent_lightning_creates_and_the_example_node_would_deny():
     job = yaml.safe_load((EXAMPLES / "missing-image-job.yaml").read_text(encoding="utf-8"))
     kubernetes_validate.validate(job, K8S_VERSION, strict=True)
-    assert job["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "agentlightning"
-    assert job["spec"]["backoffLimit"] == 0
-    assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"
-    assert job["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] == "IfNotPresent"
+    row = example_row("getmoto__moto.694ce1f4.func_pm_remove_cond__658cda14")
+    rollout_id = job["metadata"]["labels"]["agentlightning/rollout-id"]
+    rendered = build_job_spec((EXAMPLES / "job.yaml").read_text(), row, rollout_id=rollout_id, namespace=None)
+    assert job == rendered
     decision = decide(pod_spec_of(job), load_inventory_file(EXAMPLES / "nodes.json"))
     assert decision.outcome == DENY
+    # gpu-node-1 holds no rollout image but does not count: nvidia.com/gpu:NoSchedule keeps the Pod off.
     assert [v.missing_on for v in decision.verdicts] == [("cpu-node-1",)]
+
+
+def test_the_example_admission_review_carries_the_job_as_the_apiserver_sends_it(control_plane):
+    """The object of admission-review.json is missing-image-job.yaml after kube-apiserver 1.37's
+    defaulting and Job strategy (selector, job-name and controller-uid labels), as a validating
+    webhook receives it."""
+    review = json.loads((EXAMPLES / "admission-review.json").read_text(encoding="utf-8"))["request"]
+    job = yaml.safe_load((EXAMPLES / "missing-image-job.yaml").read_text(encoding="utf-8"))
+    namespace = f"example-{os.urandom(4).hex()}"
+    control_plane.core().create_namespace({"metadata": {"name": namespace}})
+    try:
+        answer = kubernetes.client.BatchV1Api(control_plane.core().api_client).create_namespaced_job(
+            namespace, job, dry_run="All", _preload_content=False)
+    finally:
+        control_plane.core().delete_namespace(namespace)
+    stored = json.loads(answer.data)
+    uid, example_uid = stored["metadata"]["uid"], review["object"]["metadata"]["uid"]
+    stored = json.loads(json.dumps(stored).replace(uid, example_uid).replace(namespace, review["namespace"]))
+    del stored["metadata"]["managedFields"]
+    stored["metadata"]["creationTimestamp"] = review["object"]["metadata"]["creationTimestamp"]
+    assert stored == review["object"]
+    assert (review["name"], review["operation"]) == (job["metadata"]["name"], "CREATE")
+
+
+def _text_blocks(document: str) -> list[str]:
+    return [" ".join(block.split()) for block in re.findall(r"```text\n(.*?)```", document, re.S)]
+
+
+def test_the_docs_show_the_denial_the_example_job_gets():
+    from image_preflight.core.admission import Settings, admit, parse_review
+
+    review = parse_review((EXAMPLES / "admission-review.json").read_bytes())
+    answer = admit(review, load_inventory_file(EXAMPLES / "nodes.json"), Settings()).review["response"]
+    message = answer["status"]["message"]
+    denial = f'admission webhook "{WEBHOOK}" denied the request: {message}'
+    assert denial in _text_blocks((ROOT / "docs" / "agent-lightning.md").read_text(encoding="utf-8"))
+    # The walkthrough's kind cluster has one node, preflight-control-plane.
+    kind = 'Error from server: error when creating "examples/swe-smith/missing-image-job.yaml": ' + denial.replace(
+        "cpu-node-1", "preflight-control-plane")
+    assert kind in _text_blocks((ROOT / "docs" / "deploy.md").read_text(encoding="utf-8"))
+
+
+def test_agent_lightning_doc_names_only_paths_that_exist():
+    text = (ROOT / "docs" / "agent-lightning.md").read_text(encoding="utf-8")
+    # examples/swe_smith/ and docs/NN-*.md are agent-lightning's own files; its links are to ours.
+    named = {m.rstrip(".,:;)`") for m in re.findall(r"\b(?:deploy|examples/swe-smith)/[\w./-]*\w", text)}
+    named |= {f"docs/{m}" for m in re.findall(r"\]\(([\w-]+\.md)", text)}
+    assert "deploy/agent" in named and "docs/agent.md" in named
+    missing = sorted(p for p in named if not (ROOT / p).exists())
+    assert not missing, f"docs/agent-lightning.md names paths that do not exist: {missing}"
 
 
 def test_deploy_doc_names_only_paths_that_exist():

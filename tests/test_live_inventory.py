@@ -161,6 +161,17 @@ def test_without_a_cap_a_long_list_is_complete(case, watch_cluster):
     assert watched.denies_naming(cpu1)()
 
 
+def test_a_list_longer_than_the_cap_is_logged_once_as_a_wrong_setting(caplog):
+    live = LiveInventory(max_images=50)
+    node = api_node("cpu-long", HELD, filler=60)
+    with caplog.at_level("WARNING"):
+        live.replace_nodes([node])
+        live.upsert_node(node)
+    assert not live.current.get("cpu-long").complete
+    warnings = [r.getMessage() for r in caplog.records if "cpu-long" in r.getMessage()]
+    assert len(warnings) == 1 and "more images than --max-images 50" in warnings[0]
+
+
 def test_a_runtime_list_replaces_node_status_but_not_a_deleted_node(control_plane, case, watch_cluster):
     cpu_node(case, "cpu-1", ABSENT)
     cpu2 = cpu_node(case, "cpu-2", HELD, filler=49)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SUBCOMMANDS = ("scan", "serve", "certs", "agent", "inventory")
+SUBCOMMANDS = ("scan", "serve", "certs", "agent", "inventory", "doctor")
 # Training stacks pin these low; the agent's CRI stubs must run at the floors.
 OLD_PINS = ("protobuf<5", "grpcio<1.60")
 FLOOR_PINS = ("protobuf==3.20.3", "grpcio==1.49.1")
@@ -110,7 +110,8 @@ def test_the_core_imports_nothing_that_does_io(wheel):
 
 
 def test_faces_import_the_core_and_shells_never_each_other():
-    faces = {"webhook": "webhook", "scanner": "scanner", "certs": "certs", "agent": "agent"}
+    faces = {"webhook": "webhook", "scanner": "scanner", "certs": "certs", "agent": "agent",
+             "doctor": "image_preflight/doctor"}
     crossing = []
     for face, folder in faces.items():
         others = [f for f in faces if f != face]
@@ -127,13 +128,19 @@ def test_a_base_install_runs_the_scanner_and_names_the_extra_the_others_need(bas
     done = _run(cli, "scan", examples / "train.jsonl", "--image", "{{ input.image_name }}:openai",
                 "--inventory", examples / "nodes.json", cwd=shadowing)
     assert "kept" in done.stdout.lower() or "dropped" in done.stdout.lower(), done.stdout
-    for command, extra in (("serve", "webhook"), ("certs", "webhook"), ("agent", "agent"), ("inventory", "kube")):
+    for command, extra in (("serve", "webhook"), ("certs", "webhook"), ("agent", "agent"), ("inventory", "kube"),
+                           ("doctor", "kube")):
         result = _run(cli, command, "--help", cwd=shadowing, check=False)
         assert result.returncode == 2, (command, result.stdout, result.stderr)
         (line,) = result.stderr.strip().splitlines()
         assert f"needs the '{extra}' extra" in line and f"pip install 'image-preflight[{extra}]'" in line, line
     listing = _run(cli, "--help", cwd=shadowing).stdout
     assert all(command in listing for command in SUBCOMMANDS), listing
+    # Without --inventory the scan reads the cluster, which needs the kube extra.
+    result = _run(cli, "scan", examples / "train.jsonl", "--image", "{{ input.image_name }}:openai", cwd=shadowing,
+                  check=False)
+    (line,) = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and "pip install 'image-preflight[kube]'" in line, line
 
 
 def test_the_readme_python_snippet_runs_as_printed_on_the_base_install(base):

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
@@ -24,8 +23,8 @@ from tests.controlplane.cluster import (
     PARKED,
     ControlPlane,
     apply_service_accounts,
-    free_port,
     request_query,
+    unreachable_kubeconfig,
     wait_for,
 )
 from tests.test_webhook_server import start_webhook  # noqa: F401 - fixture
@@ -384,13 +383,7 @@ def test_dump_pages_through_long_lists(control_plane, case, reader, tmp_path, ca
 
 
 def test_dump_names_an_unreachable_cluster(tmp_path, capsys):
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
-        "clusters": [{"name": "gone", "cluster": {"server": f"http://127.0.0.1:{free_port()}"}}],
-        "users": [{"name": "gone", "user": {"token": "t"}}],
-        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "gone"}}],
-    }))
+    kubeconfig = unreachable_kubeconfig(tmp_path / "kubeconfig")
     assert main(["inventory", "dump", "--kubeconfig", str(kubeconfig), "--out", str(tmp_path / "d.json")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("image-preflight inventory: cannot list nodes: ") and "\n" not in err

@@ -1,7 +1,9 @@
 """`image-preflight scan` end to end: datasets in, kept rows and reports out, exit codes."""
 
 import json
+import os
 import re
+import stat
 import time
 from pathlib import Path
 
@@ -106,10 +108,12 @@ def test_readme_command_drops_rows_whose_images_cpu_node_1_lacks(tmp_path, monke
     )
     assert code == 0
 
-    # The Job selects pool=cpu, so only cpu-node-1 counts; its names are docker.io/library/...
+    # agent-lightning's template selects no node and tolerates nothing: every untainted node is
+    # eligible, which leaves cpu-node-1 (gpu-node-1 carries nvidia.com/gpu:NoSchedule).
     nodes = json.loads((EXAMPLE / "nodes.json").read_text())["items"]
-    (cpu,) = [n for n in nodes if n["metadata"]["labels"].get("pool") == "cpu"]
-    held = {name.removeprefix("docker.io/library/") for image in cpu["status"]["images"] for name in image["names"]}
+    (cpu,) = [n for n in nodes if not n["spec"].get("taints")]
+    assert cpu["metadata"]["name"] == "cpu-node-1"
+    held = {name.removeprefix("docker.io/") for image in cpu["status"]["images"] for name in image["names"]}
     expected = {}
     for name in datasets:
         lines = (REPO / name).read_text().splitlines()
@@ -119,12 +123,15 @@ def test_readme_command_drops_rows_whose_images_cpu_node_1_lacks(tmp_path, monke
                 expected[(name, number)] = ("unrenderable", [])
             elif f"{row['image_name']}:openai" not in held:
                 expected[(name, number)] = ("missing", [f"{row['image_name']}:openai"])
-    assert any(reason == "missing" for reason, _ in expected.values())
-    assert any(reason == "unrenderable" for reason, _ in expected.values())
+    assert len({images[0] for reason, images in expected.values() if reason == "missing"}) == 3
 
-    dropped = json.loads(report.read_text())["dropped"]
+    written = json.loads(report.read_text())
+    dropped = written["dropped"]
     assert {(d["file"], d["line"]): (d["reason"], d["images"]) for d in dropped} == expected
     assert all(d["nodes"] == ["cpu-node-1"] for d in dropped if d["reason"] == "missing")
+    # One train row lacks problem_statement, printed only as text: kept, and counted.
+    lacking = {f["file"]: f["kept_lacking"] for f in written["files"]}
+    assert lacking == {datasets[0]: {"input.problem_statement": 1}, datasets[1]: {}}
 
     table = summary(capsys.readouterr().out)
     for name in datasets:
@@ -134,6 +141,8 @@ def test_readme_command_drops_rows_whose_images_cpu_node_1_lacks(tmp_path, monke
         assert table[name]["kept"] == total - len(drops)
         assert table[name]["missing"] == drops.count("missing")
         assert table[name]["unrenderable"] == drops.count("unrenderable")
+    assert {name: (row["rows"], row["kept"], row["missing"], row["unrenderable"]) for name, row in table.items()} == {
+        datasets[0]: (40, 23, 17, 0), datasets[1]: (12, 8, 3, 1)}
     assert {name: (REPO / name).read_bytes() for name in datasets} == before
 
 
@@ -204,11 +213,64 @@ def test_output_that_would_replace_the_inventory_is_refused(work, capsys):
     assert snapshot(work) == before
 
 
-def test_out_dir_that_does_not_exist_is_refused(work, capsys):
+def test_out_dir_that_does_not_exist_is_created(work):
     write_jsonl(work / "train.jsonl", rows_of("good"))
-    assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "nodes.json", "--out-dir", "nowhere"]) == 2
-    assert "nowhere" in one_line_error(capsys)
-    assert not (work / "nowhere").exists()
+    assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "nodes.json", "--out-dir", "new/dir"]) == 0
+    assert (work / "new" / "dir" / "train.jsonl").read_text() == (work / "train.jsonl").read_text()
+
+
+def test_a_created_out_dir_is_removed_again_when_the_scan_fails(work, capsys):
+    write_jsonl(work / "train.jsonl", rows_of("good"))
+    (work / "broken.jsonl").write_text("{not json\n")
+    before = snapshot(work)
+    args = ["scan", "train.jsonl", "broken.jsonl", "--image", IMAGE, "--inventory", "nodes.json", "--out-dir", "new/dir"]
+    assert main(args) == 2
+    assert "broken.jsonl:1" in one_line_error(capsys)
+    assert snapshot(work) == before and not (work / "new").exists()
+
+
+def test_out_dir_that_is_a_file_is_refused(work, capsys):
+    write_jsonl(work / "train.jsonl", rows_of("good"))
+    (work / "taken").write_text("")
+    assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "nodes.json", "--out-dir", "taken"]) == 2
+    assert "taken: --out-dir is not a directory" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize("option", ["--report", "--missing-images"])
+def test_an_unwritable_report_path_writes_nothing(work, capsys, option):
+    write_jsonl(work / "train.jsonl", rows_of("good", "lost"))
+    (work / "out").mkdir()
+    before = snapshot(work)
+    args = ["scan", "train.jsonl", "--image", IMAGE, "--inventory", "nodes.json", "--out-dir", "out",
+            option, "no/such/folder/file"]
+    assert main(args) == 2
+    assert "no/such/folder/file: cannot write" in one_line_error(capsys)
+    assert snapshot(work) == before
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o002])
+def test_outputs_get_the_mode_the_umask_gives(work, mask):
+    """Another uid (a Ray worker) must be able to read the filtered dataset as it could any file."""
+    write_jsonl(work / "train.jsonl", rows_of("good", "lost"))
+    old = os.umask(mask)
+    try:
+        assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "nodes.json", "--out-dir", "out",
+                     "--report", "report.json", "--missing-images", "missing.txt"]) == 0
+    finally:
+        os.umask(old)
+    for path in ("out/train.jsonl", "report.json", "missing.txt"):
+        assert stat.S_IMODE((work / path).stat().st_mode) == 0o666 & ~mask, path
+
+
+def test_a_lone_surrogate_in_an_image_is_printed_and_written_as_an_escape(work, capsys):
+    (work / "train.jsonl").write_text('{"image_name": "lost\\udc80"}\n{"image_name": "good"}\n')
+    code = main(["scan", "train.jsonl", "--image", "{{ input.image_name }}:openai", "--inventory", "nodes.json",
+                 "--report", "report.json", "--missing-images", "missing.txt"])
+    assert code == 0
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and "lost" in captured.out
+    json.loads((work / "report.json").read_text(encoding="utf-8"))
+    (work / "missing.txt").read_text(encoding="utf-8")
 
 
 def test_two_inputs_with_one_file_name_are_refused(work, capsys):
@@ -539,3 +601,60 @@ def test_a_parquet_file_without_a_text_only_column_is_kept_and_counted(work, cap
                  "--report", "report.json"]) == 0
     (file,) = json.loads((work / "report.json").read_text())["files"]
     assert (file["kept"], file["dropped"]["missing"], file["kept_lacking"]) == (2, 1, {"input.problem_statement": 2})
+
+
+@pytest.mark.parametrize("suffix", ["jsonl", "parquet"])
+def test_progress_knows_the_total_before_the_rows_are_done(work, suffix):
+    """A parquet footer gives the row count before a row is read; a JSONL file's is known once
+    read. Progress then grows row group by row group, never past the total."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from image_preflight.core.inventory import DEFAULT_MAX_IMAGES
+    from image_preflight.files.inventory import load_inventory_file
+    from image_preflight.scanner.judge import RowJudge, make_template
+    from image_preflight.scanner.scan import scan
+
+    rows = [{"instance_id": f"i{n}", "image_name": ("good", "lost", "other")[n % 3] + str(n % 700)}
+            for n in range(5000)]
+    path = work / f"train.{suffix}"
+    if suffix == "parquet":
+        pq.write_table(pa.Table.from_pylist(rows), path, row_group_size=1000)
+    else:
+        write_jsonl(path, rows)
+    events = []
+
+    class Recorder:
+        def add_total(self, n):
+            events.append(("total", n))
+
+        def advance(self, n):
+            events.append(("advance", n))
+
+    judge = RowJudge(make_template(None, IMAGE), load_inventory_file(work / "nodes.json", max_images=DEFAULT_MAX_IMAGES))
+    scan([path], judge, progress=Recorder())
+    assert events[0] == ("total", 5000)
+    advances = [n for kind, n in events if kind == "advance"]
+    assert sum(advances) == 5000 and len(advances) > 2
+
+
+def test_a_node_list_longer_than_the_cap_is_called_proof_that_the_flag_is_wrong(work, capsys):
+    images = ["good:openai"] + [f"filler-{n}:v1" for n in range(59)]
+    write_nodes(work / "long.json", node("node-long", images))
+    write_jsonl(work / "train.jsonl", rows_of("good", "lost"))
+    assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "long.json"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "warning: node node-long lists more images than the cap of 50 in force" in out
+    assert "pass --max-images" in out
+
+
+@pytest.mark.parametrize(("rows", "said"), [(["lost", "lost", "good"], True), (["good"] * 10 + ["lost"], False)])
+def test_many_rows_unknown_through_caps_end_with_one_line_saying_why(work, capsys, rows, said):
+    images = ["good:openai"] + [f"filler-{n}:v1" for n in range(49)]  # exactly at the cap
+    write_nodes(work / "capped.json", node("node-capped", images))
+    write_jsonl(work / "train.jsonl", rows_of(*rows))
+    assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "capped.json"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("are unknown because the kubelets list at most nodeStatusMaxImages" in out) is said
+    if said:
+        assert "2 of 3 rows (67%)" in out and "--max-images -1" in out

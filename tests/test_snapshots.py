@@ -300,6 +300,26 @@ def test_node_status_cap(count, max_images, complete):
     assert node_images_from_node(node, max_images=max_images).complete is complete
 
 
+@pytest.mark.parametrize(("count", "max_images", "capped", "over_cap"), [
+    (49, 50, False, None), (50, 50, True, None), (51, 50, True, 50), (300, 50, True, 50), (300, -1, False, None)])
+def test_a_list_longer_than_the_cap_proves_the_cap_wrong(count, max_images, capped, over_cap):
+    """pkg/kubelet/nodestatus/setters.go, Images: the kubelet cuts the list at exactly
+    nodeStatusMaxImages, so a longer one was not cut at the cap we were told."""
+    listed = node_images_from_node(kube_node("n1", many_images(count)), max_images=max_images)
+    assert (listed.capped, listed.over_cap, listed.complete) == (capped, over_cap, not capped)
+
+
+@pytest.mark.parametrize(("annotation", "max_images", "complete"), [
+    ("-1", 50, True), ("200", 50, True), ("60", -1, False), ("bogus", 50, False), (None, 200, True)])
+def test_a_nodes_own_cap_from_the_dump_wins_over_the_flag(annotation, max_images, complete):
+    from image_preflight.core.node_status import CAP_ANNOTATION
+
+    node = kube_node("n1", many_images(60))
+    if annotation is not None:
+        node["metadata"]["annotations"] = {CAP_ANNOTATION: annotation}
+    assert node_images_from_node(node, max_images=max_images).complete is complete
+
+
 def test_default_cap_is_fifty():
     assert node_images_from_node(kube_node("n1", many_images(50))).complete is False
     assert node_images_from_node(kube_node("n1", many_images(49))).complete is True

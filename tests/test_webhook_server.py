@@ -25,7 +25,8 @@ import uvicorn
 from cryptography import x509
 
 from image_preflight.certs.authority import issue_serving_cert, new_private_key
-from image_preflight.certs.store import CertRequest, certificate_pem, ensure_certificates, private_key_pem, write_atomic
+from image_preflight.certs.store import CertRequest, certificate_pem, ensure_certificates, private_key_pem
+from image_preflight.files.atomic import write_atomic
 from image_preflight.cli import build_parser
 from image_preflight.errors import InputError, UsageError
 from tests.test_admission import ABSENT, agent_lightning_fails_at_once, pod_spec, review, workload
@@ -39,7 +40,7 @@ SERVICE = NAMESPACE = "image-preflight"
 HOST = f"{SERVICE}.{NAMESPACE}.svc"
 WEBHOOK_NAME = "image-preflight.image-preflight.io"
 EXAMPLE_NODES = Path(__file__).resolve().parent.parent / "examples" / "swe-smith" / "nodes.json"
-HELD_ON_CPU = "swesmith.x86_64.pallets__click.fde47b4b:openai"  # on cpu-node-1 in EXAMPLE_NODES
+HELD_ON_CPU = "jyangballin/swesmith.x86_64.pallets_1776_click.fde47b4b:openai"  # on cpu-node-1 in EXAMPLE_NODES
 DEADLINE = 15.0
 
 

@@ -35,6 +35,7 @@ class LiveInventory:
         self._status: dict[str, NodeImages] = {}
         self._runtime: dict[str, NodeImages] = {}
         self._classes: dict[str, RuntimeClassScheduling] = {}
+        self._warned_over_cap: set[str] = set()
         self.current = Inventory()
         self.synced = threading.Event()
 
@@ -126,10 +127,16 @@ class LiveInventory:
 
     def _convert(self, node: dict) -> NodeImages | None:
         try:
-            return compact(node_images_from_node(node, observed_at=time.time(), max_images=self.max_images))
+            item = compact(node_images_from_node(node, observed_at=time.time(), max_images=self.max_images))
         except ValueError as exc:
             log.warning("ignoring a node the API returned: %s", exc)
             return None
+        if item.over_cap is not None and item.node not in self._warned_over_cap:
+            self._warned_over_cap.add(item.node)  # once per node, not on every status update
+            log.warning("node %s lists more images than --max-images %d: its kubelet's nodeStatusMaxImages is "
+                        "higher, so its list proves nothing; set --max-images to that value (-1: no cap)",
+                        item.node, item.over_cap)
+        return item
 
     def _publish(self) -> None:
         # A runtime list outlives its node's deletion; without the Node it must not come back.

@@ -54,6 +54,9 @@ class NodeImages:
     observed_at: float | None = None  # epoch seconds
     expires_at: float | None = None  # after this the list is stale and proves nothing
     source: str = "snapshot"
+    capped: bool = False  # node status at the kubelet's nodeStatusMaxImages: why it is not complete
+    # Longer than the cap we were told: proof that the cap given (--max-images) is not the kubelet's.
+    over_cap: int | None = None  # the cap in force when that happened
 
     @classmethod
     def from_names(

@@ -7,15 +7,31 @@ from collections.abc import Mapping
 from image_preflight.core.inventory import DEFAULT_MAX_IMAGES, NAMES_PER_IMAGE, NodeImages
 from image_preflight.core.scheduling import NodeTraits
 
+# The kubelet's nodeStatusMaxImages as `inventory dump` read it from the node's configz; where a
+# Node carries it, it is the cap for that node whatever --max-images says.
+CAP_ANNOTATION = "image-preflight.io/node-status-max-images"
+
+
+def node_cap(node: Mapping, default: int | None) -> int | None:
+    """The cap in force for `node`: its annotation, else `default` (None or negative: no cap)."""
+    meta = node.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    value = annotations.get(CAP_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if isinstance(value, str) and value.lstrip("-").isdigit() and len(value) < 12:
+        return int(value)
+    return default
+
 
 def node_images_from_node(
     node: Mapping, *, observed_at: float | None = None, max_images: int | None = DEFAULT_MAX_IMAGES
 ) -> NodeImages:
-    """`max_images` is the kubelet's nodeStatusMaxImages (None or -1: no cap)."""
+    """`max_images` is the kubelet's nodeStatusMaxImages (None or -1: no cap), unless the Node
+    carries its own (CAP_ANNOTATION)."""
     meta = node.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
     if not isinstance(name, str) or not name:
         raise ValueError("metadata.name: missing")
+    max_images = node_cap(node, max_images)
     status = node.get("status") or {}
     if not isinstance(status, Mapping):
         raise ValueError(f"node {name}: status: not an object")
@@ -23,7 +39,11 @@ def node_images_from_node(
     if not isinstance(images, list):
         raise ValueError(f"node {name}: status.images: not a list")
     names: list[str] = []
-    truncated = max_images is not None and max_images >= 0 and len(images) >= max_images
+    capped = max_images is not None and max_images >= 0 and len(images) >= max_images
+    # The kubelet cuts the list at exactly its cap (pkg/kubelet/nodestatus/setters.go, Images): a
+    # longer list proves the cap in force is not the kubelet's, so the list proves nothing either.
+    over_cap = max_images if capped and len(images) > max_images else None
+    truncated = capped
     # A kubelet that could not list its images reports none (pkg/kubelet/nodestatus/setters.go,
     # Images): an empty list proves nothing.
     truncated = truncated or not images
@@ -43,4 +63,6 @@ def node_images_from_node(
         complete=not truncated,
         observed_at=observed_at,
         source="node-status",
+        capped=capped,
+        over_cap=over_cap,
     )

@@ -53,6 +53,13 @@ def load_snapshot(
     return _from_reference_lines(stripped, source, observed_at, node_name)
 
 
+def load_document(
+    document: Mapping, *, source: str, observed_at: float | None = None, max_images: int | None = DEFAULT_MAX_IMAGES
+) -> Inventory:
+    """Read a snapshot already parsed from JSON (a List as `inventory dump` builds it)."""
+    return _from_document(document, source, observed_at, max_images, "node")
+
+
 def _from_document(doc: Mapping, source: str, observed_at, max_images, node_name) -> Inventory:
     kind = doc.get("kind")
     if kind in ("List", *_ITEM_KINDS):

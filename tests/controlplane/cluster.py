@@ -37,7 +37,7 @@ from tests.controlplane.pki import Authority, service_account_keys
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NODEIMAGES_CRD = "crd/nodeimages.image-preflight.io"
-BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet-configz")
 SERVICE_CIDR = "10.0.0.0/24"
 START_DEADLINE_S = 120.0
 HEARTBEAT_S = 5.0
@@ -395,6 +395,42 @@ def create_node(plane: ControlPlane, name: str, *, images: list[list[str]] | Non
 
 def set_node_images(plane: ControlPlane, name: str, images: list[list[str]]) -> None:
     plane.core().patch_node_status(name, {"status": {"images": [{"names": n, "sizeBytes": 1 << 20} for n in images]}})
+
+
+@contextlib.contextmanager
+def kubelet_configz(plane: ControlPlane, node: str, address: str, *, max_images: int | None = None) -> Iterator[None]:
+    """Serve `node`'s kubelet configz (cmd/kubelet-configz) where the apiserver's node proxy looks
+    for it: `address` (an InternalIP of the cluster network) at the kubelet port in node status.
+    `max_images` None leaves nodeStatusMaxImages to the kubelet's default."""
+    command = ["kubelet-configz", "--listen", "127.0.0.1:0"]
+    if max_images is not None:
+        command += ["--node-status-max-images", str(max_images)]
+    popen = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
+                             text=True)
+    try:
+        port = int(popen.stdout.readline().rsplit(":", 1)[1])  # type: ignore[union-attr]
+        plane.core().patch_node_status(node, {"status": {
+            # InternalIP only: the apiserver tries Hostname first, and no name resolves here.
+            "addresses": [{"type": "InternalIP", "address": address}],
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}}}})
+        plane.network.expose(f"{address}:{KUBELET_PORT}", port)
+        yield
+    finally:
+        plane.network.withdraw(f"{address}:{KUBELET_PORT}")
+        terminate(popen)
+
+
+KUBELET_PORT = 10250
+
+
+def unreachable_kubeconfig(path: Path) -> Path:
+    """A kubeconfig for an apiserver that is not there (a closed port)."""
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
+        "clusters": [{"name": "gone", "cluster": {"server": f"http://127.0.0.1:{free_port()}"}}],
+        "users": [{"name": "gone", "user": {"token": "t"}}],
+        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "gone"}}]}))
+    return path
 
 
 def wait_for(condition, what: str, timeout_s: float = 60.0, interval_s: float = 0.1):

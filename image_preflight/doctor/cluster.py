@@ -1,0 +1,119 @@
+"""What the doctor reads: from the apiserver as the caller, and the webhook's TLS handshake."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+
+import kubernetes.client
+from kubernetes.client.exceptions import ApiException
+
+from image_preflight.doctor.findings import WEBHOOK_NAME, WebhookTarget
+from image_preflight.kube.cluster_inventory import NotServed, list_all
+from image_preflight.kube.watch import describe_error
+
+_TIMEOUT = (5.0, 30.0)
+# An image reference no webhook decision can allow (a repository must be lower case).
+PROBE_IMAGE = "image-preflight-doctor/Probe:invalid"
+
+
+class Unreadable(Exception):
+    """A check's objects cannot be read (forbidden, not served); the message says which."""
+
+
+def _list(call, what: str) -> list[dict]:
+    try:
+        return list_all(call, what)
+    except NotServed:
+        raise Unreadable(f"{what} are not served") from None
+    except Exception as exc:  # noqa: BLE001 - UsageError from list_all, naming the cause
+        raise Unreadable(str(exc)) from None
+
+
+def webhook_configurations(api: kubernetes.client.ApiClient) -> list[dict]:
+    return _list(kubernetes.client.AdmissionregistrationV1Api(api).list_validating_webhook_configuration,
+                 "validatingwebhookconfigurations")
+
+
+def namespaces(api: kubernetes.client.ApiClient) -> list[dict]:
+    return _list(kubernetes.client.CoreV1Api(api).list_namespace, "namespaces")
+
+
+def ready_endpoints(api: kubernetes.client.ApiClient, target: WebhookTarget) -> int | None:
+    """Ready addresses in the Service's EndpointSlices; None when they cannot be read."""
+    try:
+        slices = _list(
+            lambda **q: kubernetes.client.DiscoveryV1Api(api).list_namespaced_endpoint_slice(
+                target.namespace, label_selector=f"kubernetes.io/service-name={target.service}", **q),
+            "endpointslices")
+    except Unreadable:
+        return None
+    # discovery.k8s.io/v1: a nil `ready` means ready.
+    return sum(len(e.get("addresses") or ()) for s in slices for e in s.get("endpoints") or ()
+               if (e.get("conditions") or {}).get("ready") is not False)
+
+
+def replicas(api: kubernetes.client.ApiClient, target: WebhookTarget) -> tuple[int, int] | None:
+    """The Deployment named as the Service (deploy/ names both image-preflight): (ready, desired)."""
+    try:
+        found = kubernetes.client.AppsV1Api(api).read_namespaced_deployment(
+            target.service, target.namespace, _request_timeout=_TIMEOUT)
+    except Exception:  # noqa: BLE001 - absent, forbidden or unreachable: the endpoints say enough
+        return None
+    return (found.status.ready_replicas or 0, found.spec.replicas if found.spec.replicas is not None else 1)
+
+
+def served_certificate(target: WebhookTarget, address: str | None, timeout: float = 5.0
+                       ) -> tuple[tuple[str, str], float | None]:
+    """A TLS handshake as the apiserver makes it: the caBundle as the only trust, the Service's
+    DNS name as SNI and as the name to verify (a Go client ignores the common name).
+    `address` HOST:PORT, default the Service's DNS name, which resolves inside the cluster."""
+    where = address or f"{target.server_name}:{target.port}"
+    host, _, port = where.rpartition(":")
+    try:
+        context = ssl.create_default_context(cadata=target.ca_bundle.decode("ascii", "replace"))
+    except (ssl.SSLError, ValueError) as exc:
+        return ("rejected", f"the caBundle is not a PEM certificate ({exc})"), None
+    context.hostname_checks_common_name = False
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as raw:
+            with context.wrap_socket(raw, server_hostname=target.server_name) as tls:
+                certificate = tls.getpeercert()
+    except ssl.SSLCertVerificationError as exc:
+        return ("rejected", exc.verify_message or str(exc)), None
+    except ssl.SSLError as exc:
+        return ("rejected", exc.reason or str(exc)), None
+    except (OSError, ValueError) as exc:
+        return ("unreachable", f"{where}: {getattr(exc, 'strerror', None) or exc}"), None
+    not_after = certificate.get("notAfter") if certificate else None
+    return ("verified", where), (ssl.cert_time_to_seconds(not_after) if not_after else None)
+
+
+def probe(api: kubernetes.client.ApiClient, namespace: str) -> tuple[str, str]:
+    """Create, as a dry run, a rollout Job shaped as agent-lightning's whose image the webhook
+    must deny; what came back."""
+    job = {
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"generateName": "image-preflight-doctor-",
+                     "labels": {"app.kubernetes.io/managed-by": "agentlightning"}},
+        "spec": {"backoffLimit": 0, "template": {
+            "metadata": {"labels": {"app": "agl-rollout"}},
+            "spec": {"restartPolicy": "Never",
+                     "containers": [{"name": "agent", "image": PROBE_IMAGE, "imagePullPolicy": "IfNotPresent"}]}}},
+    }
+    try:
+        _, _, headers = kubernetes.client.BatchV1Api(api).create_namespaced_job_with_http_info(
+            namespace, job, dry_run="All", _request_timeout=_TIMEOUT)
+    except ApiException as exc:
+        try:
+            message = json.loads(exc.body or "{}").get("message", "")
+        except ValueError:
+            message = ""
+        if exc.status == 422 and WEBHOOK_NAME in message:
+            return "denied", message
+        return "error", f"creating a dry-run Job: {describe_error(exc)}"
+    except Exception as exc:  # noqa: BLE001 - connection errors come in many types
+        return "error", f"creating a dry-run Job: {describe_error(exc)}"
+    warning = (headers or {}).get("Warning", "")
+    return ("warned", warning) if "image-preflight" in warning else ("admitted", "")

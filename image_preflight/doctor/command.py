@@ -1,0 +1,108 @@
+"""`image-preflight doctor`: check the cluster end to end, one line per finding with its fix.
+
+Exit 0 when nothing is wrong, 1 with problems, 2 when the cluster cannot be checked at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import kubernetes.client  # the kube extra: the CLI names it when absent
+
+from image_preflight.core.inventory import DEFAULT_MAX_IMAGES
+from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION
+from image_preflight.doctor import cluster, findings
+from image_preflight.doctor.findings import PROBLEM, SKIPPED, Finding
+from image_preflight.errors import UsageError
+from image_preflight.kube.client import api_client
+from image_preflight.kube.cluster_inventory import NotServed, kubelet_caps, list_all
+
+DEFAULT_ROLLOUT_NAMESPACE = "default"  # agent-lightning's examples/swe_smith/run.sh: AGL_NAMESPACE
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "doctor",
+        help="check the cluster end to end: webhook, certificate, namespaces, node lists",
+        description="Check that the webhook is configured, reachable and trusted, which namespaces it "
+        "checks, how much each node's image list proves, and where rollout pods may land. One line per "
+        "finding with the command that fixes it; exit 0 healthy, 1 with problems, 2 cannot check.",
+    )
+    parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="as kubectl's (default: in-cluster, "
+                        "else $KUBECONFIG or ~/.kube/config)")
+    parser.add_argument("--context", metavar="NAME", help="the kubeconfig context to use")
+    parser.add_argument("--namespace", metavar="NS", default=os.environ.get("AGL_NAMESPACE") or DEFAULT_ROLLOUT_NAMESPACE,
+                        help="where agent-lightning creates its Jobs (default: $AGL_NAMESPACE, else %(default)s)")
+    parser.add_argument("--webhook-address", metavar="HOST:PORT",
+                        help="read the served certificate here (default: the Service's DNS name, in-cluster)")
+    parser.add_argument("--max-images", type=int, default=DEFAULT_MAX_IMAGES, metavar="N",
+                        help="the kubelets' nodeStatusMaxImages where configz is not readable (default %(default)s)")
+    parser.add_argument("--node-selector", action="append", default=[], metavar="KEY=VALUE",
+                        help="the rollout template's nodeSelector (agent-lightning's has none; repeatable)")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    selector = dict(_pair(item) for item in args.node_selector)
+    api = api_client(args.kubeconfig, context=args.context)
+    try:
+        found = check(api, rollouts=args.namespace, webhook_address=args.webhook_address,
+                      max_images=args.max_images, node_selector=selector, now=time.time())
+    finally:
+        api.close()
+    for finding in found:
+        print(finding.line())
+    problems = sum(1 for f in found if f.status == PROBLEM)
+    print(f"{problems} problem(s)" if problems else "no problems found")
+    return 1 if problems else 0
+
+
+def check(api, *, rollouts: str, webhook_address: str | None, max_images: int | None,
+          node_selector: dict[str, str], now: float) -> list[Finding]:
+    """Every finding, in the order a user fixes them. UsageError when the cluster cannot be read."""
+    nodes = list_all(kubernetes.client.CoreV1Api(api).list_node, "nodes")  # unreadable: exit 2
+    found: list[Finding] = []
+    try:
+        found_config, target = findings.webhook_configuration(cluster.webhook_configurations(api))
+        found += found_config
+    except cluster.Unreadable as exc:
+        found.append(Finding(SKIPPED, f"the webhook's configuration ({exc})"))
+        target = None
+    if target is not None:
+        found += findings.deployment(target, cluster.ready_endpoints(api, target), cluster.replicas(api, target))
+        if target.ca_bundle:
+            outcome, not_after = cluster.served_certificate(target, webhook_address)
+            found.append(findings.served_certificate(target, outcome, not_after, now))
+        try:
+            all_namespaces = cluster.namespaces(api)
+        except cluster.Unreadable as exc:
+            found.append(Finding(SKIPPED, f"the opted-in namespaces ({exc})"))
+        else:
+            found += findings.namespaces(all_namespaces, target, rollouts)
+            chosen = findings.opted_in(all_namespaces, target)
+            where = rollouts if rollouts in chosen else (chosen[0] if chosen else None)
+            found.append(findings.probe(cluster.probe(api, where) if where else ("", ""), where))
+    try:
+        published = list_all(lambda **q: kubernetes.client.CustomObjectsApi(api).list_cluster_custom_object(
+            GROUP, VERSION, PLURAL, **q), f"{PLURAL}.{GROUP}")
+    except NotServed:
+        published = []
+    except UsageError as exc:
+        found.append(Finding(SKIPPED, f"the node agent's lists ({exc})"))
+        published = []
+    notes: list[str] = []
+    caps = kubelet_caps(api, [(n.get("metadata") or {}).get("name") for n in nodes], notes.append)
+    found += [Finding(SKIPPED, note) for note in notes]
+    found += findings.node_lists(nodes, published, caps, max_images, now)
+    found += findings.landing(nodes, node_selector)
+    return found
+
+
+def _pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise UsageError(f"--node-selector {text!r}: expected KEY=VALUE")
+    return key, value

@@ -1,0 +1,270 @@
+"""The doctor's judgements: plain API objects in, one Finding per thing a user should know out.
+No I/O here; image_preflight.doctor.cluster gathers what these read."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from image_preflight.core.node_status import node_images_from_node
+from image_preflight.core.runtime_inventory import node_images_from_runtime
+from image_preflight.core.scheduling import NodeTraits, PodPlacement, as_admitted, unschedulable_reason
+
+# As deploy/ names them.
+WEBHOOK_NAME = "validate.image-preflight.io"
+ENFORCE_LABEL = "image-preflight.io/enforce"
+OK, PROBLEM, SKIPPED = "ok", "problem", "skipped"
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_LABEL = "nvidia.com/gpu.present"
+EXPIRY_WARNING_S = 7 * 24 * 3600
+AGENT_APPLY = "kubectl apply -k deploy/agent"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    status: str  # OK, PROBLEM or SKIPPED
+    text: str
+    fix: str = ""  # the command that fixes it
+
+    def line(self) -> str:
+        return f"{self.status}: {self.text}" + (f"; fix: {self.fix}" if self.fix else "")
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookTarget:
+    """Where the apiserver sends reviews, from the ValidatingWebhookConfiguration."""
+
+    configuration: str
+    namespace: str
+    service: str
+    port: int
+    ca_bundle: bytes  # PEM; empty when not set
+    namespace_selector: Mapping
+    failure_policy: str
+
+    @property
+    def server_name(self) -> str:
+        """The name the apiserver verifies the serving certificate for."""
+        return f"{self.service}.{self.namespace}.svc"
+
+
+def webhook_configuration(configurations: Sequence[Mapping]) -> tuple[list[Finding], WebhookTarget | None]:
+    for configuration in configurations:
+        for webhook in configuration.get("webhooks") or ():
+            if webhook.get("name") != WEBHOOK_NAME:
+                continue
+            name = (configuration.get("metadata") or {}).get("name", "?")
+            client = webhook.get("clientConfig") or {}
+            service = client.get("service") or {}
+            if not service:
+                return [Finding(PROBLEM, f"ValidatingWebhookConfiguration {name} calls a URL, not a Service: "
+                                "the doctor checks the deployment in deploy/", "kubectl apply -k deploy/overlays/...")], None
+            try:
+                ca_bundle = base64.b64decode(client.get("caBundle") or "", validate=True)
+            except (binascii.Error, ValueError):
+                ca_bundle = b""
+            target = WebhookTarget(name, service.get("namespace", ""), service.get("name", ""),
+                                   int(service.get("port") or 443), ca_bundle,
+                                   webhook.get("namespaceSelector") or {}, webhook.get("failurePolicy") or "Fail")
+            found = [Finding(OK, f"ValidatingWebhookConfiguration {name} sends reviews to Service "
+                             f"{target.namespace}/{target.service}:{target.port} (failurePolicy {target.failure_policy})")]
+            if not ca_bundle:
+                found.append(Finding(PROBLEM, f"ValidatingWebhookConfiguration {name} has no caBundle: the apiserver "
+                                     "cannot verify the webhook, so every call fails",
+                                     "kubectl apply -k deploy/overlays/cert-manager (or the self-signed overlay after "
+                                     "`image-preflight certs`)"))
+            return found, target
+    return [Finding(PROBLEM, f"no ValidatingWebhookConfiguration holds the webhook {WEBHOOK_NAME}: nothing is checked",
+                    "kubectl apply -k deploy/overlays/cert-manager (or deploy/overlays/self-signed)")], None
+
+
+def deployment(target: WebhookTarget, ready_endpoints: int | None, replicas: tuple[int, int] | None) -> list[Finding]:
+    """`ready_endpoints`: ready addresses behind the Service (None: not readable); `replicas`:
+    the Deployment's (ready, desired), None when absent or unreadable."""
+    pods = f"kubectl -n {target.namespace} describe pods -l app.kubernetes.io/name={target.service}"
+    found = []
+    if ready_endpoints is None:
+        found.append(Finding(SKIPPED, f"the endpoints of Service {target.namespace}/{target.service} (not readable)"))
+    elif ready_endpoints == 0:
+        what = "admits every object unchecked" if target.failure_policy == "Ignore" else "rejects every checked object"
+        found.append(Finding(PROBLEM, f"no ready webhook pod behind Service {target.namespace}/{target.service}: the "
+                             f"apiserver cannot call it, and failurePolicy {target.failure_policy} {what}", pods))
+    else:
+        found.append(Finding(OK, f"{ready_endpoints} ready webhook endpoint(s) behind Service "
+                             f"{target.namespace}/{target.service}"))
+    if replicas is not None and replicas[0] < replicas[1]:
+        found.append(Finding(PROBLEM, f"Deployment {target.namespace}/{target.service}: {replicas[0]} of "
+                             f"{replicas[1]} replicas ready", pods))
+    return found
+
+
+def served_certificate(target: WebhookTarget, outcome: tuple[str, str], not_after: float | None,
+                       now: float) -> Finding:
+    """`outcome`: ("verified", address), ("rejected", why) or ("unreachable", why), from a TLS
+    handshake as the apiserver makes it (the caBundle, the Service's DNS name)."""
+    kind, detail = outcome
+    renew = (f"kubectl -n {target.namespace} get certificate,secret; re-run `image-preflight certs` "
+             "and re-apply the overlay")
+    if kind == "unreachable":
+        return Finding(SKIPPED, f"the certificate the webhook serves was not read ({detail}): run the doctor in the "
+                       "cluster, or `kubectl -n NS port-forward svc/NAME 8443:443` and pass --webhook-address "
+                       "127.0.0.1:8443")
+    if kind == "rejected":
+        return Finding(PROBLEM, f"the caBundle of {target.configuration} does not verify the certificate the webhook "
+                       f"serves for {target.server_name}: {detail}", renew)
+    if not_after is not None and not_after - now < EXPIRY_WARNING_S:
+        days = max(0.0, (not_after - now) / 86400)
+        return Finding(PROBLEM, f"the webhook's certificate for {target.server_name} expires in {days:.1f} days", renew)
+    return Finding(OK, f"the caBundle verifies the certificate served at {detail} for {target.server_name}")
+
+
+def selects(selector: Mapping, labels: Mapping[str, str]) -> bool:
+    """metav1.LabelSelector against labels (matchLabels and the four operators)."""
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expression in selector.get("matchExpressions") or ():
+        key, operator, values = expression.get("key"), expression.get("operator"), expression.get("values") or ()
+        present = key in labels
+        if operator == "In" and not (present and labels[key] in values):
+            return False
+        if operator == "NotIn" and present and labels[key] in values:
+            return False
+        if operator == "Exists" and not present:
+            return False
+        if operator == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def _labels(namespace: Mapping) -> dict:
+    metadata = namespace.get("metadata") or {}
+    # The apiserver sets this label on every namespace; a selector may use it.
+    return {**(metadata.get("labels") or {}), "kubernetes.io/metadata.name": metadata.get("name", "")}
+
+
+def opted_in(namespaces: Sequence[Mapping], target: WebhookTarget) -> list[str]:
+    return sorted((n.get("metadata") or {}).get("name", "") for n in namespaces
+                  if selects(target.namespace_selector, _labels(n)))
+
+
+def namespaces(namespaces: Sequence[Mapping], target: WebhookTarget, rollouts: str) -> list[Finding]:
+    """`rollouts`: the namespace agent-lightning creates its Jobs in (AGL_NAMESPACE)."""
+    chosen = opted_in(namespaces, target)
+    shown = ", ".join(chosen[:10]) + (f" and {len(chosen) - 10} more" if len(chosen) > 10 else "")
+    found = [Finding(OK if chosen else PROBLEM, f"{len(chosen)} namespace(s) opted in" + (f": {shown}" if chosen else ""),
+                     "" if chosen else f"kubectl label namespace {rollouts} {ENFORCE_LABEL}=true")]
+    if rollouts not in {(n.get("metadata") or {}).get("name") for n in namespaces}:
+        found.append(Finding(PROBLEM, f"namespace {rollouts} (AGL_NAMESPACE) does not exist",
+                             f"kubectl create namespace {rollouts}"))
+    elif rollouts not in chosen:
+        found.append(Finding(PROBLEM, f"namespace {rollouts} (AGL_NAMESPACE), where agent-lightning creates its Jobs, "
+                             "is not opted in: its rollouts are not checked",
+                             f"kubectl label namespace {rollouts} {ENFORCE_LABEL}=true"))
+    elif chosen:
+        found[0] = Finding(OK, found[0].text + f", {rollouts} (AGL_NAMESPACE) among them")
+    return found
+
+
+def probe(outcome: tuple[str, str], namespace: str | None) -> Finding:
+    """`outcome` of a dry-run Job with an invalid image reference, which the webhook always
+    denies: ("denied", message), ("warned", warning), ("admitted", ""), ("error", why)."""
+    kind, detail = outcome
+    if namespace is None:
+        return Finding(SKIPPED, "the end-to-end check (no opted-in namespace to create a dry-run Job in)")
+    if kind == "denied":
+        return Finding(OK, f"the apiserver calls the webhook: a dry-run Job in {namespace} was denied ({detail[:80]}...)")
+    if kind == "warned":
+        return Finding(OK, f"the apiserver calls the webhook, which only warns (mode warn or audit): {detail[:80]}")
+    if kind == "admitted":
+        return Finding(PROBLEM, f"a dry-run Job in {namespace} that the webhook must deny was admitted: the apiserver "
+                       "did not reach it (Service, pods, or a caBundle that does not verify its certificate)",
+                       "kubectl get --raw /metrics | grep apiserver_admission_webhook_request_total")
+    return Finding(SKIPPED, f"the end-to-end check in {namespace}: {detail}")
+
+
+def node_lists(nodes: Sequence[Mapping], published: Sequence[Mapping], caps: Mapping[str, int],
+               max_images: int | None, now: float) -> list[Finding]:
+    """One finding per node: how much its image list proves. `caps`: the kubelets' own
+    nodeStatusMaxImages (configz); `max_images`: what is assumed elsewhere."""
+    runtime = {}
+    found = []
+    for obj in published:
+        try:
+            listed = node_images_from_runtime(obj)
+        except ValueError as exc:
+            found.append(Finding(PROBLEM, f"a NodeImages object cannot be read: {exc}"))
+            continue
+        runtime[listed.node] = listed
+    for node in nodes:
+        name = (node.get("metadata") or {}).get("name", "?")
+        found.append(_node_list(node, name, runtime.get(name), caps.get(name), max_images, now))
+    return found
+
+
+def _node_list(node: Mapping, name: str, agent, cap: int | None, max_images: int | None, now: float) -> Finding:
+    if agent is not None and agent.conclusive(now):
+        return Finding(OK, f"node {name}: complete list from the node agent ({len(agent.refs)} names)")
+    stale = ""
+    if agent is not None:
+        ago = now - (agent.expires_at or now)
+        stale = f"the node agent's list went stale {ago:.0f} s ago, and "
+    in_force = cap if cap is not None else max_images
+    source = "from its configz" if cap is not None else "assumed; its configz is not readable"
+    try:
+        listed = node_images_from_node(node, max_images=in_force)
+    except ValueError as exc:
+        return Finding(PROBLEM, f"node {name}: {exc}")
+    count = len((node.get("status") or {}).get("images") or ())
+    fix = (f"kubectl -n image-preflight-agent get pods -o wide --field-selector spec.nodeName={name}" if stale
+           else f"{AGENT_APPLY}, or set nodeStatusMaxImages: -1 in the kubelet configuration and pass --max-images -1")
+    if listed.over_cap is not None:
+        return Finding(PROBLEM, f"node {name}: {stale}node status lists {count} images, more than the cap of "
+                       f"{in_force} assumed: its kubelet's nodeStatusMaxImages is higher",
+                       "pass the kubelets' value to serve, scan and doctor with --max-images (-1: no cap)")
+    if not count:
+        return Finding(PROBLEM, f"node {name}: {stale}its kubelet reports no images (it could not list them): "
+                       "every image there is unknown", f"kubectl describe node {name}")
+    if listed.capped:
+        return Finding(PROBLEM, f"node {name}: {stale}node status lists {count} images, at the kubelet's cap of "
+                       f"{in_force} ({source}): an image absent from it is unknown, not missing", fix)
+    if stale:
+        return Finding(PROBLEM, f"node {name}: {stale}node status lists {count} images (complete, under the cap of "
+                       f"{'none' if in_force in (None, -1) else in_force}, {source})", fix)
+    cap_text = "no cap" if in_force is None or in_force < 0 else f"under the cap of {in_force}"
+    if not listed.complete:
+        return Finding(PROBLEM, f"node {name}: node status names an image by 5 names or more, so others may be "
+                       "cut: absent images are unknown there", AGENT_APPLY)
+    return Finding(OK, f"node {name}: complete list in node status ({count} images, {cap_text}, {source})")
+
+
+def landing(nodes: Sequence[Mapping], node_selector: Mapping[str, str]) -> list[Finding]:
+    """Where a rollout pod may land. agent-lightning's template has no nodeSelector and no
+    tolerations, so every untainted, schedulable node takes rollouts, GPU nodes too."""
+    placement = as_admitted(PodPlacement(node_selector=dict(node_selector)))
+    eligible, found = [], []
+    for node in nodes:
+        traits = NodeTraits.from_node(node)
+        if unschedulable_reason(placement, traits) is not None:
+            continue
+        eligible.append(traits.name)
+        if _is_gpu(node):
+            found.append(Finding(PROBLEM, f"rollout pods may land on GPU node {traits.name}: no taint keeps them off, "
+                                 "and it does not build the rollout images",
+                                 f"kubectl taint node {traits.name} {GPU_RESOURCE}=present:NoSchedule"))
+    if not eligible:
+        return [Finding(PROBLEM, "no node can take a rollout pod (every node is tainted, cordoned or unselected)",
+                        "kubectl get nodes -o custom-columns=NAME:.metadata.name,TAINTS:.spec.taints")]
+    shown = ", ".join(eligible[:10]) + (f" and {len(eligible) - 10} more" if len(eligible) > 10 else "")
+    return [Finding(OK, f"rollout pods may land on {len(eligible)} node(s): {shown}"), *found]
+
+
+def _is_gpu(node: Mapping) -> bool:
+    status = node.get("status") or {}
+    for field in ("capacity", "allocatable"):
+        amount = (status.get(field) or {}).get(GPU_RESOURCE)
+        if amount not in (None, "0", 0):
+            return True
+    return ((node.get("metadata") or {}).get("labels") or {}).get(GPU_LABEL) == "true"

@@ -1,0 +1,155 @@
+"""The cluster's inventory, read once: every Node, the node agents' NodeImages, every RuntimeClass,
+and each kubelet's nodeStatusMaxImages where the caller may read its configz.
+
+The result is one `kind: List`, what `inventory dump` writes and `scan` reads without
+`--inventory`: the same document either way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+import kubernetes.client
+from kubernetes.client.exceptions import ApiException
+
+from image_preflight.core.node_status import CAP_ANNOTATION
+from image_preflight.core.runtime_inventory import API_VERSION, GROUP, PLURAL, RUNTIME_KIND, VERSION, node_images_from_runtime
+from image_preflight.errors import UsageError
+from image_preflight.kube.watch import describe_error
+
+Note = Callable[[str], None]
+_PAGE = 100  # objects per list call: NodeImages of busy nodes run to megabytes each
+_TIMEOUT = (10.0, 120.0)
+_CONFIGZ_TIMEOUT = (3.0, 5.0)  # a kubelet that does not answer must not hold the whole read
+_CONFIGZ_WORKERS = 8
+
+
+def read_cluster(api: kubernetes.client.ApiClient, *, now: float, note: Note) -> dict:
+    """The List document; `note` hears what was left out and why. UsageError when the nodes
+    cannot be listed."""
+    nodes = list_all(kubernetes.client.CoreV1Api(api).list_node, "nodes")
+    try:
+        published = list_all(
+            lambda **query: kubernetes.client.CustomObjectsApi(api).list_cluster_custom_object(
+                GROUP, VERSION, PLURAL, **query),
+            f"{PLURAL}.{GROUP}",
+        )
+    except NotServed:
+        note(f"{PLURAL}.{GROUP} is not served (node agent not deployed?): node status only")
+        published = []
+    runtime_classes = _runtime_classes(api, note)
+    caps = kubelet_caps(api, [(n.get("metadata") or {}).get("name") for n in nodes], note)
+    return snapshot(nodes, published, now=now, note=note, runtime_classes=runtime_classes, caps=caps)
+
+
+def snapshot(nodes: list[dict], published: list[dict], *, now: float, note: Note,
+             runtime_classes: Iterable[dict] = (), caps: dict[str, int] | None = None) -> dict:
+    """The List document. NodeImages left out, each with a note: unreadable ones, those whose
+    lease has ended (they would prove nothing) and those of nodes not in the list (a scan would
+    take them for nodes every Job may land on). A node whose kubelet cap is known carries it in
+    CAP_ANNOTATION."""
+    items = [_with_cap(_item(node, "v1", "Node"), caps or {}) for node in nodes]
+    names = {(node.get("metadata") or {}).get("name") for node in nodes}
+    for obj in published:
+        name = (obj.get("metadata") or {}).get("name")
+        try:
+            images = node_images_from_runtime(obj)
+        except ValueError as exc:
+            note(f"{PLURAL}/{name}: left out: {exc}")
+            continue
+        if images.node not in names:
+            note(f"{PLURAL}/{name}: left out: node {images.node} is not in the cluster")
+        elif not images.conclusive(now):
+            note(f"{PLURAL}/{name}: left out: its lease ended (is the agent on {images.node} running?)")
+        else:
+            items.append(_item(obj, API_VERSION, RUNTIME_KIND))
+    items += (_item(obj, "node.k8s.io/v1", "RuntimeClass") for obj in runtime_classes)
+    return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
+
+
+def kubelet_caps(api: kubernetes.client.ApiClient, names: list[str], note: Note) -> dict[str, int]:
+    """Each kubelet's nodeStatusMaxImages from /api/v1/nodes/NAME/proxy/configz, for the nodes
+    whose configz the caller may read (nodes/proxy); the others are left to --max-images."""
+    core = kubernetes.client.CoreV1Api(api)
+
+    def read(name: str) -> tuple[str, int | None, str | None]:
+        try:
+            response = core.connect_get_node_proxy_with_path(name, "configz", _preload_content=False,
+                                                              _request_timeout=_CONFIGZ_TIMEOUT)
+            try:
+                config = json.loads(response.data)["kubeletconfig"]
+            finally:
+                response.release_conn()
+        except ApiException as exc:
+            return name, None, "forbidden" if exc.status == 403 else describe_error(exc)
+        except Exception as exc:  # noqa: BLE001 - a bad answer or connection, as many types
+            return name, None, describe_error(exc)
+        cap = config.get("nodeStatusMaxImages", 50) if isinstance(config, dict) else None
+        if not isinstance(cap, int) or isinstance(cap, bool):
+            return name, None, "configz holds no nodeStatusMaxImages"
+        return name, cap, None
+
+    with ThreadPoolExecutor(_CONFIGZ_WORKERS) as pool:
+        results = list(pool.map(read, [n for n in names if n]))
+    failed = [(name, why) for name, _, why in results if why]
+    if any(why == "forbidden" for _, why in failed):
+        note("cannot read the kubelets' configz (nodes/proxy is forbidden): caps from --max-images")
+    elif failed:
+        name, why = failed[0]
+        more = f" and {len(failed) - 1} more" if len(failed) > 1 else ""
+        note(f"kubelet configz unreadable on {name}{more} ({why}): caps from --max-images")
+    return {name: cap for name, cap, _ in results if cap is not None}
+
+
+def _with_cap(item: dict, caps: dict[str, int]) -> dict:
+    cap = caps.get(item["metadata"].get("name"))
+    if cap is None:
+        return item
+    annotations = {**(item["metadata"].get("annotations") or {}), CAP_ANNOTATION: str(cap)}
+    return {**item, "metadata": {**item["metadata"], "annotations": annotations}}
+
+
+def _runtime_classes(api: kubernetes.client.ApiClient, note: Note) -> list[dict]:
+    # Without them only pods naming a RuntimeClass go undecided: a note, not a failed read.
+    try:
+        return list_all(kubernetes.client.NodeV1Api(api).list_runtime_class, "runtimeclasses")
+    except NotServed:
+        note("runtimeclasses.node.k8s.io is not served: pods naming a RuntimeClass will be unknown")
+    except UsageError as exc:
+        note(f"{exc}: pods naming a RuntimeClass will be unknown")
+    return []
+
+
+class NotServed(Exception):
+    """The resource is not served (404 on list)."""
+
+
+def list_all(list_call: Callable[..., object], what: str) -> list[dict]:
+    """Every object, in pages, as plain dicts. NotServed on 404, UsageError otherwise."""
+    items: list[dict] = []
+    token = None
+    while True:
+        try:
+            response = list_call(limit=_PAGE, _continue=token, _preload_content=False, _request_timeout=_TIMEOUT)
+            try:
+                body = json.loads(response.data)
+            finally:
+                response.release_conn()
+        except ApiException as exc:
+            if exc.status == 404:
+                raise NotServed() from None
+            raise UsageError(f"cannot list {what}: {describe_error(exc)}") from None
+        except Exception as exc:  # noqa: BLE001 - connection errors come in many types
+            raise UsageError(f"cannot list {what}: {describe_error(exc)}") from None
+        items += body.get("items") or []
+        token = (body.get("metadata") or {}).get("continue")
+        if not token:
+            return items
+
+
+def _item(obj: dict, api_version: str, kind: str) -> dict:
+    # List items come without kind; managedFields are noise to a reader of the snapshot.
+    metadata = {k: v for k, v in (obj.get("metadata") or {}).items() if k != "managedFields"}
+    return {**obj, "apiVersion": api_version, "kind": kind, "metadata": metadata}

@@ -1,0 +1,60 @@
+"""image_preflight.files.atomic: the one way the project writes a file."""
+
+import os
+import stat
+
+import pytest
+
+from image_preflight.errors import UsageError
+from image_preflight.files.atomic import atomic_path, umask_mode, write_atomic
+
+
+@pytest.fixture
+def umask():
+    def set_mask(mask: int) -> None:
+        os.umask(mask)
+
+    old = os.umask(0o022)
+    os.umask(old)
+    yield set_mask
+    os.umask(old)
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o002, 0o077])
+def test_a_new_file_gets_the_mode_an_ordinary_write_would(tmp_path, umask, mask):
+    umask(mask)
+    ordinary = tmp_path / "ordinary"
+    ordinary.write_text("x")
+    write_atomic(tmp_path / "atomic", "x")
+    assert _mode(tmp_path / "atomic") == _mode(ordinary) == 0o666 & ~mask == umask_mode()
+
+
+def test_an_explicit_mode_is_kept(tmp_path):
+    write_atomic(tmp_path / "tls.key", b"secret", 0o600)
+    assert _mode(tmp_path / "tls.key") == 0o600
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
+    target = tmp_path / "tls.crt"
+    target.write_bytes(b"old")
+    with pytest.raises(TypeError):
+        write_atomic(target, object(), 0o644)  # type: ignore[arg-type]
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["tls.crt"]
+
+
+def test_a_block_that_raises_replaces_nothing(tmp_path):
+    target = tmp_path / "out.jsonl"
+    with pytest.raises(RuntimeError), atomic_path(target) as tmp:
+        open(tmp, "w").write("partial")
+        raise RuntimeError("stop")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unwritable_place_is_one_line_naming_the_path(tmp_path):
+    with pytest.raises(UsageError, match=r"^.*/missing/out\.json: cannot write \(No such file or directory\)$"):
+        write_atomic(tmp_path / "missing" / "out.json", "x")
