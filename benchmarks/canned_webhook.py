@@ -1,4 +1,5 @@
-"""The baseline for benchmarks/webhook_load.py: bare uvicorn + TLS answering a canned review.
+"""The baseline for benchmarks/webhook_load.py: bare uvicorn (httptools, uvloop) + TLS answering a
+canned review: the stack `serve` runs on, doing nothing else.
 
     python benchmarks/canned_webhook.py --port P --tls-cert F --tls-key F
 """
@@ -34,5 +35,5 @@ if __name__ == "__main__":
     parser.add_argument("--tls-cert", required=True)
     parser.add_argument("--tls-key", required=True)
     args = parser.parse_args()
-    uvicorn.run(app, host="127.0.0.1", port=args.port, http="h11", log_level="warning", access_log=False,
+    uvicorn.run(app, host="127.0.0.1", port=args.port, http="httptools", loop="uvloop", log_level="warning", access_log=False,
                 lifespan="off", ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key)

@@ -7,6 +7,9 @@ kept only for conditions the real apiserver cannot be made to produce on demand:
   hold lists failing while a test arranges the state a client will find (`fail_next`);
 - a watch connection dropped mid-stream while the server stays up (`drop_watches`);
 - a watch stream ended at a chosen moment (`end_watches`);
+- a watch connection that stays open and says nothing more, no events and no bookmarks, as behind
+  a half-dead proxy or from a stuck apiserver (`silence_watches`), also from the moment a watch is
+  answered (`silence_next_watches`);
 - the event history forgotten at a chosen moment, so that the next watch resumed from before
   it gets an in-band 410 Expired (`compact`);
 - a stored object that its CustomResourceDefinition's schema would refuse (`put_object` stores
@@ -18,7 +21,9 @@ with bookmarks, under one global resourceVersion. Requests it does not serve (se
 delete, namespaces, subresources, a watch without a resourceVersion) are refused with an error
 rather than answered approximately. Simplifications: continue tokens page over the latest state,
 not a snapshot; writes check no preconditions (a create replaces an existing object, a replace
-ignores the resourceVersion it is given); watches stay open until ended.
+ignores the resourceVersion it is given); watches stay open until ended (timeoutSeconds is
+ignored); a bookmark comes every `bookmark_interval` even when nothing changed (the apiserver's
+watch cache sends one only once the resourceVersion moved past the one the watch began at).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import base64
 import copy
 import json
 import queue
+import select
 import socket
 import threading
 import time
@@ -101,9 +107,10 @@ class ApiError(Exception):
 class _Watcher:
     """One open watch connection; the store pushes events into its queue under the lock."""
 
-    def __init__(self, conn: socket.socket):
+    def __init__(self, conn: socket.socket, silent: bool = False):
         self.queue: queue.SimpleQueue = queue.SimpleQueue()
         self.conn = conn
+        self.silent = silent  # sends nothing more, stays open until ended or its client hangs up
 
 
 _DROP = object()  # close the connection abruptly
@@ -123,6 +130,7 @@ class FakeApiServer:
         self._connections: set[socket.socket] = set()
         self._requests: list[RecordedRequest] = []
         self._failures: tuple[int, int, str | None] = (0, 500, None)  # (count left, status, message)
+        self._silent_next = 0  # watches still to be opened silent
         self._httpd: ThreadingHTTPServer | None = None
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -221,6 +229,17 @@ class FakeApiServer:
     def end_watches(self) -> None:
         """End every open watch stream cleanly, as a server-side timeout does."""
         self._end_watches(_END)
+
+    def silence_watches(self) -> None:
+        """Every open watch stays open and sends nothing more: no events, no bookmarks."""
+        with self._lock:
+            for watcher in self._watchers:
+                watcher.silent = True
+
+    def silence_next_watches(self, n: int) -> None:
+        """The next n watches answer 200 and then send nothing, not even the events they replay."""
+        with self._lock:
+            self._silent_next = n
 
     def compact(self) -> None:
         """Forget the event history: a watch from any rv before now gets 410 Expired."""
@@ -342,7 +361,8 @@ class FakeApiServer:
             if since < self._compacted_rv:
                 return None, [ApiError(410, f"too old resource version: {since} ({self._compacted_rv})")]
             initial = [e for e in self._history if e.rv > since and e.gvr == res.gvr]
-            watcher = _Watcher(conn)
+            watcher = _Watcher(conn, silent=self._silent_next > 0)
+            self._silent_next = max(0, self._silent_next - 1)
             self._watchers.add(watcher)
         return watcher, initial
 
@@ -354,6 +374,15 @@ class FakeApiServer:
         """The current rv if this watcher has been handed every event up to it."""
         with self._lock:
             return self._rv if watcher.queue.empty() else None
+
+
+def _hung_up(conn: socket.socket) -> bool:
+    """Whether the client closed its end (nothing else arrives on a watch connection)."""
+    try:
+        readable, _, _ = select.select([conn], [], [], 0)
+        return bool(readable) and conn.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 def _shutdown(conn: socket.socket) -> None:
@@ -470,18 +499,27 @@ class _Handler(BaseHTTPRequestHandler):
             if isinstance(item, ApiError):
                 self._chunk("ERROR", item.status())
                 return _END
+            if watcher is not None and watcher.silent:
+                break
             self._chunk(item.type, item.obj)
         if watcher is None:
             return _END
         next_bookmark = time.monotonic() + self.fake.bookmark_interval
         while True:
-            timeout = max(0.0, next_bookmark - time.monotonic()) if bookmarks else None
+            if watcher.silent:
+                timeout = 0.05  # look for the client hanging up
+            else:
+                timeout = max(0.0, next_bookmark - time.monotonic()) if bookmarks else None
             try:
                 item = watcher.queue.get(timeout=timeout)
             except queue.Empty:
                 item = None
             if item is _DROP or item is _END:
                 return item
+            if watcher.silent:
+                if _hung_up(self.connection):
+                    return _DROP
+                continue
             if isinstance(item, _Event) and item.gvr == res.gvr:
                 self._chunk(item.type, item.obj)
             now = time.monotonic()

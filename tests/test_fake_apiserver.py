@@ -177,6 +177,39 @@ def test_ended_watch_finishes_the_stream_cleanly(fake_apiserver, core):
     response.release_conn()
 
 
+def test_silenced_watch_stays_open_and_sends_nothing_more(fake_apiserver, core):
+    since = core.create_node({"metadata": {"name": "a"}}).metadata.resource_version
+    response, chunks = open_watch(core, resource_version=since, allow_watch_bookmarks=True,
+                                  _request_timeout=(5, 1.0))
+    assert json.loads(next(chunks))["type"] == "BOOKMARK"
+    fake_apiserver.silence_watches()
+    fake_apiserver.put_object("nodes", {"metadata": {"name": "b"}})
+    received = []
+    with pytest.raises(urllib3.exceptions.ReadTimeoutError):  # not the end of the stream, nor a reset
+        for chunk in chunks:
+            received.append(json.loads(chunk))
+    response.release_conn()
+    assert [e["type"] for e in received] in ([], ["BOOKMARK"])  # one may have been on its way
+
+
+def test_silenced_next_watch_is_answered_then_says_nothing(fake_apiserver, core):
+    since = core.create_node({"metadata": {"name": "a"}}).metadata.resource_version
+    core.create_node({"metadata": {"name": "b"}})
+    fake_apiserver.silence_next_watches(1)
+    response, chunks = open_watch(core, resource_version=since, allow_watch_bookmarks=True,
+                                  _request_timeout=(5, 1.0))
+    assert response.status == 200
+    with pytest.raises(urllib3.exceptions.ReadTimeoutError):
+        next(chunks)
+    response.release_conn()
+    response, chunks = open_watch(core, resource_version=since)  # the next one replays as usual
+    try:
+        assert json.loads(next(chunks))["object"]["metadata"]["name"] == "b"
+    finally:
+        response.close()
+        response.release_conn()
+
+
 def test_fail_next_answers_errors_then_heals(fake_apiserver, core):
     fake_apiserver.fail_next(2, status=503, message="etcd is having a bad day")
     for _ in range(2):

@@ -1,6 +1,6 @@
 """NodeWatcher through the real kubernetes client: on the real control plane, and on the in-process
-double for what only it produces on demand (injected errors, watches dropped or ended at a chosen
-moment, the history compacted while the watcher is held away)."""
+double for what only it produces on demand (injected errors, watches dropped, ended or silenced at a
+chosen moment, the history compacted while the watcher is held away)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from kubernetes import client as k8s
 from tests.controlplane.cluster import Case, ControlPlane, request_query, set_node_images, wait_for
 from tests.fake_apiserver import FakeApiServer
 from image_preflight.kube.nodes import NodeWatcher
+from image_preflight.kube.watch import ResourceWatcher
 
 DEADLINE = 10.0
 
@@ -62,21 +63,30 @@ class RecordingSink:
 
 @dataclass
 class Running:
-    watcher: NodeWatcher
+    watcher: ResourceWatcher
     sink: RecordingSink
     thread: threading.Thread
     restarts: list[str]
 
 
+def node_watcher(api_client: k8s.ApiClient, sink: RecordingSink, **options) -> ResourceWatcher:
+    """A NodeWatcher; with `silence_timeout`, which NodeWatcher does not pass on, the same
+    ResourceWatcher over list_node."""
+    if "silence_timeout" not in options:
+        return NodeWatcher(api_client, sink, **options)
+    return ResourceWatcher(k8s.CoreV1Api(api_client).list_node, replace=sink.replace_nodes, upsert=sink.upsert_node,
+                           delete=lambda node: sink.delete_node(node["metadata"]["name"]), what="node", **options)
+
+
 class Watchers:
     def __init__(self) -> None:
-        self.started: list[NodeWatcher] = []
+        self.started: list[ResourceWatcher] = []
 
     def start(self, api_client: k8s.ApiClient, **options) -> Running:
         restarts: list[str] = []
         sink = RecordingSink()
         options = {"backoff_initial": 0.01, "backoff_max": 0.1, "watch_timeout_seconds": 60, **options}
-        watcher = NodeWatcher(api_client, sink, on_restart=restarts.append, **options)
+        watcher = node_watcher(api_client, sink, on_restart=restarts.append, **options)
         thread = watcher.start()
         self.started.append(watcher)
         return Running(watcher, sink, thread, restarts)
@@ -183,6 +193,21 @@ def test_bookmark_advances_resource_version_for_the_next_watch(cluster):
              "the watch resumes from the bookmark's resourceVersion", timeout_s=30)
     assert all(int(rv) < target for name, rv in cluster.versions().items() if name != outside["metadata"]["name"])
     assert "closed" in run.restarts
+    assert len(cluster.requests("list")) == 1
+
+
+def test_a_quiet_watch_is_ended_by_the_apiserver_not_dropped_as_silent(cluster):
+    watched = {"image-preflight.test/watched": "yes"}
+    cluster.case.node("a", labels=watched)  # ready: nothing writes it from here on
+    # Until a stream's first bookmark its bound is timeoutSeconds + silence_timeout: the apiserver
+    # bookmarks only once the nodes' resourceVersion moves, and otherwise ends the watch in silence.
+    run = cluster.start(label_selector=f"{cluster.case.selector},image-preflight.test/watched=yes",
+                        watch_timeout_seconds=6, silence_timeout=4)
+    wait_until(run.watcher.synced.is_set, "the first list completes")
+    listed = time.monotonic()
+    wait_until(lambda: run.restarts, "the apiserver ends the watch", deadline=20)
+    assert run.restarts[0] == "closed"
+    assert time.monotonic() - listed > 5  # longer than silence_timeout, and not called silent
     assert len(cluster.requests("list")) == 1
 
 
@@ -341,3 +366,70 @@ def test_server_errors_back_off_then_recover(fake_apiserver, start_watcher):
     # an exact count: the drop and the injected failures race with the watcher's reconnects.)
     assert 4 <= len(fake_apiserver.watch_requests("nodes")) - before <= 8
     assert run.restarts.count("error") >= 2 + 3
+
+
+# --- on the double: a watch connection that stays open and says nothing ---------------------------------
+
+SILENCE_S = 1.0  # the tests' silence_timeout; the double bookmarks every 0.2 s
+MARGIN_S = 1.5  # to reconnect and deliver, on a loaded machine
+
+
+def test_a_watch_gone_silent_is_restarted_within_its_bound(fake_apiserver, start_watcher):
+    fake_apiserver.put_object("nodes", node("a"))
+    run = start_watcher(silence_timeout=SILENCE_S)
+    wait_until(run.watcher.synced.is_set, "the first list completes")
+    listed = run.watcher.last_sync
+    wait_until(lambda: run.watcher.last_sync > listed, "a bookmark arrives")
+
+    fake_apiserver.silence_watches()
+    silenced = time.monotonic()
+    fake_apiserver.put_object("nodes", node("b"))  # lost in the silent stream
+    wait_until(converged(fake_apiserver, run.sink), "the change made during the silence arrives",
+               deadline=SILENCE_S + MARGIN_S)
+    assert time.monotonic() - silenced > SILENCE_S - 0.5  # the last bookmark came at most 0.2 s before
+    assert run.restarts == ["silent"]
+    assert len(list_calls(fake_apiserver)) == 1  # resumed from its resourceVersion
+    assert len(fake_apiserver.watch_requests("nodes")) == 2
+
+
+def test_before_its_first_bookmark_a_watch_may_be_silent_until_its_timeout(fake_apiserver, start_watcher):
+    fake_apiserver.put_object("nodes", node("a"))
+    fake_apiserver.silence_next_watches(1)
+    run = start_watcher(silence_timeout=SILENCE_S, watch_timeout_seconds=2)
+    wait_until(lambda: fake_apiserver.watch_requests("nodes"), "the watch is open")
+    opened = time.monotonic()
+    fake_apiserver.put_object("nodes", node("b"))
+    bound = 2 + SILENCE_S  # this double ignores timeoutSeconds, so the client ends the watch
+    wait_until(converged(fake_apiserver, run.sink), "the change arrives once the silent watch is dropped",
+               deadline=bound + MARGIN_S)
+    assert time.monotonic() - opened > bound - 0.3
+    assert run.restarts == ["silent"]
+    assert len(list_calls(fake_apiserver)) == 1
+
+
+def test_bookmarks_keep_a_quiet_watch_open(fake_apiserver, start_watcher):
+    fake_apiserver.put_object("nodes", node("a"))
+    run = start_watcher(silence_timeout=SILENCE_S)
+    wait_until(lambda: fake_apiserver.watch_requests("nodes"), "the watch is open")
+    time.sleep(3 * SILENCE_S)  # nothing changes, only bookmarks come
+    assert run.restarts == []
+    assert time.monotonic() - run.watcher.last_sync < SILENCE_S  # and keep the view proven current
+    fake_apiserver.put_object("nodes", node("b"))
+    wait_until(converged(fake_apiserver, run.sink), "the same watch delivers a change", deadline=SILENCE_S)
+    assert len(fake_apiserver.watch_requests("nodes")) == 1
+
+
+def test_restarts_of_a_watch_that_stays_silent_do_not_prove_the_view_current(fake_apiserver, start_watcher):
+    # serve's /readyz fails once last_sync is older than --max-inventory-age.
+    run = start_watcher(silence_timeout=SILENCE_S, watch_timeout_seconds=1)
+    wait_until(run.watcher.synced.is_set, "the first list completes")
+    listed = run.watcher.last_sync
+    wait_until(lambda: run.watcher.last_sync > listed, "a bookmark arrives")
+    fake_apiserver.silence_next_watches(10**9)  # a stuck apiserver: every watch stays silent
+    fake_apiserver.silence_watches()
+    time.sleep(0.3)  # a bookmark on its way lands
+    proven = run.watcher.last_sync
+    wait_until(lambda: run.restarts.count("silent") >= 2, "the silent watches are dropped",
+               deadline=SILENCE_S + (1 + SILENCE_S) + 2 * MARGIN_S)
+    assert run.watcher.last_sync == proven
+    assert len(list_calls(fake_apiserver)) == 1

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import orjson
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -32,6 +33,8 @@ class WebhookState:
     ready: Callable[[], bool]  # synced and fresh
     settings: Settings
     metrics: Metrics
+    # Writes a decision line directly (webhook.logs.decision_writer); None: through logging.
+    write_decision: Callable[[str], None] | None = None
 
 
 class _TooLarge(Exception):
@@ -57,26 +60,29 @@ class AdmissionEndpoint:
 
     async def __call__(self, scope, receive, send) -> None:
         started = time.perf_counter()
-        headers = dict(scope["headers"])
-        content_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower().decode("latin-1")
-        if content_type != "application/json":
-            return await _reply(send, 400, _error(f"content type {content_type or 'none'!r} is not application/json"))
-        declared = headers.get(b"content-length", b"")
+        content_type, declared = b"", b""
+        for name, value in scope["headers"]:
+            if name == b"content-type":
+                content_type = value
+            elif name == b"content-length":
+                declared = value
+        content_type = content_type.split(b";")[0].strip().lower()
+        if content_type != b"application/json":
+            shown = content_type.decode("latin-1")
+            return await _reply(send, 400, _error(f"content type {shown or 'none'!r} is not application/json"))
         if declared.isdigit() and int(declared) > MAX_BODY:
-            return await _reply(send, 413, _error(f"body larger than {MAX_BODY} bytes"))
-        timeout = _TIMEOUT_PARAM.search(scope.get("query_string", b"").decode("latin-1"))
+            return await _reply(send, 413, _error(f"body larger than {MAX_BODY} bytes"), close=True)
         try:
-            # Answer well inside the apiserver's deadline; past it nobody is listening.
-            async with asyncio.timeout(parse_timeout(timeout.group(1) if timeout else None) * 0.9):
-                body = await _read_body(receive)
+            body = await self._body(scope, receive)
         except _TooLarge:
-            return await _reply(send, 413, _error(f"body larger than {MAX_BODY} bytes"))
+            return await _reply(send, 413, _error(f"body larger than {MAX_BODY} bytes"), close=True)
         except TimeoutError:
-            return await _reply(send, 408, _error("body not received before the request's timeout"))
+            # The rest of the body will not come in time: this connection is done.
+            return await _reply(send, 408, _error("body not received before the request's timeout"), close=True)
         except _Disconnected:
             return None
         try:
-            review = parse_review(body)
+            review = parse_review(body, loads=orjson.loads)
         except BadReview as exc:
             return await _reply(send, 400, _error(str(exc)))
         try:
@@ -84,16 +90,31 @@ class AdmissionEndpoint:
         except Exception as exc:  # never a 500: the apiserver would apply failurePolicy blindly
             log.exception("decision failed for uid %s", review["request"]["uid"])
             outcome = _internal_error(review, exc)
-        _record(self.state.metrics, outcome, time.perf_counter() - started)
-        await _reply(send, 200, json.dumps(outcome.review, separators=(",", ":")).encode())
+        _record(self.state, outcome, time.perf_counter() - started)
+        await _reply(send, 200, _dumps(outcome.review))
+
+    async def _body(self, scope, receive) -> bytes:
+        # The apiserver's body usually arrives with its headers: then no deadline is needed.
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise _Disconnected
+        first = message.get("body", b"")
+        if not message.get("more_body", False):
+            return first
+        if len(first) > MAX_BODY:
+            raise _TooLarge
+        timeout = _TIMEOUT_PARAM.search(scope.get("query_string", b"").decode("latin-1"))
+        # Answer well inside the apiserver's deadline; past it nobody is listening.
+        async with asyncio.timeout(parse_timeout(timeout.group(1) if timeout else None) * 0.9):
+            return first + await _read_body(receive, len(first))
 
 
 class _Disconnected(Exception):
     pass
 
 
-async def _read_body(receive) -> bytes:
-    chunks, size = [], 0
+async def _read_body(receive, size: int = 0) -> bytes:
+    chunks = []
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
@@ -107,16 +128,24 @@ async def _read_body(receive) -> bytes:
             return b"".join(chunks)
 
 
+def _dumps(value: object) -> bytes:
+    """One JSON encode per answer. A lone surrogate (a node name from a snapshot file's escapes)
+    is not UTF-8, which orjson refuses: then the standard library escapes it, still valid JSON."""
+    try:
+        return orjson.dumps(value)
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+
+
 def _error(message: str) -> bytes:
-    return json.dumps({"error": message}).encode()
+    return _dumps({"error": message})
 
 
-async def _reply(send, status: int, body: bytes) -> None:
-    await send({
-        "type": "http.response.start",
-        "status": status,
-        "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-    })
+async def _reply(send, status: int, body: bytes, *, close: bool = False) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))  # uvicorn closes the connection after this answer
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -167,9 +196,11 @@ def _internal_error(review: dict, exc: Exception) -> Outcome:
     )
 
 
-def _record(metrics: Metrics, outcome: Outcome, elapsed: float) -> None:
-    metrics.requests.labels(outcome.kind or "-", outcome.operation or "-", outcome.decision).inc()
-    metrics.latency.observe(elapsed)
-    record = outcome.log_record()
-    record["latency_ms"] = round(elapsed * 1000, 3)
-    decision_log.info(json.dumps(record, separators=(",", ":")))
+def _record(state: WebhookState, outcome: Outcome, elapsed: float) -> None:
+    state.metrics.count(outcome.kind, outcome.operation, outcome.decision)
+    state.metrics.latency.observe(elapsed)
+    if state.write_decision is not None or decision_log.isEnabledFor(logging.INFO):
+        record = outcome.log_record()
+        record["latency_ms"] = round(elapsed * 1000, 3)
+        line = _dumps(record).decode("utf-8")
+        (state.write_decision or decision_log.info)(line)

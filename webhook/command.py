@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
 import time
 from pathlib import Path
 
@@ -16,8 +14,10 @@ from image_preflight.core.admission import MODES, Settings
 from image_preflight.webhook.app import WebhookState, create_app
 from image_preflight.core.decision import REQUIRE_ALL, REQUIRE_ANY
 from image_preflight.core.inventory import DEFAULT_MAX_IMAGES
+from image_preflight.webhook import logs
 from image_preflight.webhook.live_inventory import FileInventory, LiveInventory
 from image_preflight.webhook.metrics import Metrics
+from image_preflight.webhook.protocol import DeadlineProtocol
 from image_preflight.webhook.tls import ReloadingContext
 
 
@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stderr)
+    logs.configure(args.log_level)
     server = build_server(args)
     try:
         server.run()
@@ -88,6 +88,7 @@ def build_server(args: argparse.Namespace) -> uvicorn.Server:
         ready=ready,
         settings=Settings(mode=args.mode, unknown=args.unknown, require=args.require),
         metrics=metrics,
+        write_decision=logs.decision_writer(),
     )
     tls.start()
     stops.append(tls.stop)
@@ -100,8 +101,9 @@ def build_server(args: argparse.Namespace) -> uvicorn.Server:
             raise UsageError(f"--metrics-port {args.metrics_port}: cannot listen ({exc.strerror or exc})") from None
         stops.append(lambda: (httpd.shutdown(), httpd.server_close()))
     config = uvicorn.Config(
-        create_app(state), host=args.host, port=args.port, http="h11", log_level=args.log_level,
+        create_app(state), host=args.host, port=args.port, http=DeadlineProtocol, loop="uvloop", log_level=args.log_level,
         access_log=False, timeout_keep_alive=75, lifespan="off",
+        log_config=None,  # keep the root handler logs.configure set up (dictConfig would close it)
         proxy_headers=False,  # the apiserver calls directly; forwarded headers would only be spoofable
         # Given so uvicorn serves HTTPS; the context is replaced below with one that reloads.
         ssl_certfile=str(args.tls_cert), ssl_keyfile=str(args.tls_key),

@@ -146,7 +146,8 @@ class LiveInventory:
 
 def _name(obj: object) -> str | None:
     metadata = obj.get("metadata") if isinstance(obj, dict) else None
-    return metadata.get("name") if isinstance(metadata, dict) else None
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return name if isinstance(name, str) else None  # a key of _classes: a list would not even hash
 
 
 class FileInventory:
@@ -158,6 +159,7 @@ class FileInventory:
         self.interval = interval
         self.synced = threading.Event()
         self._stamp = file_stamp(path)
+        self._rejected: tuple | None = None  # (stamp, reason) of the last version refused, said once
         self.current = load_inventory_file(path, max_images=max_images)  # bad file at start: fail loudly
         self.synced.set()
         self._poller = Poller(self.reload_if_changed, interval=interval, name="inventory-file")
@@ -174,9 +176,12 @@ class FileInventory:
         try:
             self.current = load_inventory_file(self.path, max_images=self.max_images)
         except InputError as exc:
-            log.warning("keeping the previous inventory: %s", exc)
+            # Read again at every poll (a permission fixed changes no stamp), said once per version.
+            if self._rejected != (stamp, str(exc)):
+                self._rejected = (stamp, str(exc))
+                log.warning("keeping the previous inventory: %s", exc)
             return False
-        self._stamp = stamp
+        self._stamp, self._rejected = stamp, None
         log.info("reloaded inventory from %s: %d nodes", self.path, len(self.current))
         return True
 

@@ -7,6 +7,13 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from image_preflight.core.inventory import Inventory
+from image_preflight.core.workloads import WORKLOAD_KINDS
+
+# Label values come from closed sets: a review's own text never becomes a label (one lone
+# surrogate there would break every later scrape), and the series stay few.
+_KINDS = WORKLOAD_KINDS
+_OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+DECISIONS = frozenset({"allow", "deny", "warn", "audit", "skip", "unreadable", "unknown", "no-eligible-node", "error"})
 
 
 class Metrics:
@@ -33,9 +40,20 @@ class Metrics:
             "image_preflight_inventory_age_seconds", "Seconds since the inventory was last known current",
             registry=self.registry,
         )
+        self._children: dict[tuple[str, str, str], object] = {}
         self.watch_restarts = Counter(
-            "image_preflight_watch_restarts", "Node watch restarts", ["reason"], registry=self.registry
+            "image_preflight_watch_restarts", "Watch restarts (Nodes, NodeImages, RuntimeClasses) by reason",
+            ["reason"], registry=self.registry
         )
+
+    def count(self, kind: str, operation: str, decision: str) -> None:
+        """One review answered; the label children are made once per combination."""
+        key = (kind if kind in _KINDS else "other", operation if operation in _OPERATIONS else "other",
+               decision if decision in DECISIONS else "other")
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.requests.labels(*key)
+        child.inc()
 
     def track_inventory(self, current: Callable[[], Inventory], age: Callable[[], float]) -> None:
         """Read the inventory's figures at scrape time instead of on every change."""

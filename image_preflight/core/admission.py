@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from image_preflight.core import messages
@@ -25,6 +25,11 @@ MODES = (ENFORCE, WARN, AUDIT)
 # The API group each workload kind is decided for (other groups' same-named kinds pass).
 _GROUPS = {"Pod": "", "PodTemplate": "", "ReplicationController": "", "Job": "batch", "CronJob": "batch",
            "Deployment": "apps", "StatefulSet": "apps", "DaemonSet": "apps", "ReplicaSet": "apps"}
+
+
+# A log line names at most this many images, each clipped: a review of 16,000 images, or of one
+# 1 MiB image, must not become a log line of that size.
+LOGGED_IMAGES, LOGGED_CHARS = 20, 512
 
 
 class BadReview(ValueError):
@@ -53,20 +58,26 @@ class Outcome:
     detail: str = ""
 
     def log_record(self) -> dict:
+        images = [i if len(i) <= LOGGED_CHARS else i[:LOGGED_CHARS] + "..." for i in self.images[:LOGGED_IMAGES]]
+        if len(self.images) > LOGGED_IMAGES:
+            images.append(f"... and {len(self.images) - LOGGED_IMAGES} more")
         return {
             "uid": self.uid, "kind": self.kind, "namespace": self.namespace, "name": self.name,
-            "operation": self.operation, "decision": self.decision, "images": self.images,
+            "operation": self.operation, "decision": self.decision, "images": images,
             **({"detail": self.detail} if self.detail else {}),
         }
 
 
-def parse_review(body: bytes) -> dict:
+def parse_review(body: bytes, *, loads: Callable[[bytes], object] | None = None) -> dict:
+    """The review in `body`. `loads` parses JSON from bytes and must refuse invalid UTF-8 (the
+    webhook passes orjson.loads, which also refuses lone surrogates, NaN and nesting past 1024);
+    by default the standard library's, after a strict UTF-8 decode."""
     try:
-        review = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BadReview(f"body is not JSON: {exc}") from None
+        review = loads(body) if loads is not None else json.loads(body.decode("utf-8"))
     except RecursionError:
         raise BadReview("body is not JSON this webhook can read: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, a number past 4,300 digits
+        raise BadReview(f"body is not JSON: {' '.join(str(exc).split())[:200]}") from None
     if not isinstance(review, dict) or review.get("kind") != "AdmissionReview":
         raise BadReview("body is not an AdmissionReview")
     if review.get("apiVersion") != API_VERSION:
@@ -160,14 +171,22 @@ def _placement_or_images(obj: object) -> object:
         spec = pod_spec_of(obj)  # type: ignore[arg-type]
     except WorkloadError:
         return None
-    containers = tuple(
-        (c.get("image"), c.get("imagePullPolicy"))
-        for f in CONTAINER_FIELDS
-        for c in (spec.get(f) or [])
-        if isinstance(c, Mapping)
-    ) + tuple(json.dumps(v.get("image"), sort_keys=True, default=str)
-              for v in (spec.get(VOLUMES) or []) if isinstance(v, Mapping) and "image" in v)
-    return containers, json.dumps([spec.get(f) for f in SCHEDULING_FIELDS], sort_keys=True, default=str)
+    # Compared as JSON: any value, however malformed (the decision then calls it unreadable).
+    containers = [(c.get("image"), c.get("imagePullPolicy")) if isinstance(c, Mapping) else c
+                  for f in CONTAINER_FIELDS for c in _as_list(spec.get(f))]
+    volumes = [v.get("image") if isinstance(v, Mapping) else v for v in _as_list(spec.get(VOLUMES))]
+    return _canonical([containers, volumes, [spec.get(f) for f in SCHEDULING_FIELDS]])
+
+
+def _as_list(value: object) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def _canonical(value: object) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, default=str)
+    except (TypeError, ValueError, RecursionError):  # keys of mixed types, a cycle: compare as text
+        return repr(value)
 
 
 def _reply(

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from image_preflight.core.images import InvalidReference
 from image_preflight.core.inventory import Inventory, NodeImages, image_key
 from image_preflight.core.runtime_classes import RuntimeClassConflict, with_runtime_class
-from image_preflight.core.scheduling import PodPlacement, as_admitted, as_daemon, unschedulable_reason
+from image_preflight.core.scheduling import PodPlacement, as_daemon, unschedulable_reason
 from image_preflight.core.workloads import ContainerImage, container_images
 
 # Image statuses.
@@ -41,16 +41,31 @@ class Decision:
 
 
 _MEMO_LIMIT = 1024  # distinct placements remembered per inventory
+_MEMO_ENTRY_CHARS = 4096  # ... each of at most this many characters: the memo stays under ~8 MiB
 
 
 def eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list[NodeImages], Counter]:
     """The nodes `placement` may land on, and why the others are out (memoized per inventory)."""
     found = inventory.memo.get(placement)
     if found is None:
-        if len(inventory.memo) >= _MEMO_LIMIT:
-            inventory.memo.clear()
-        found = inventory.memo[placement] = _eligible_nodes(placement, inventory)
+        found = _eligible_nodes(placement, inventory)
+        if _characters(placement) <= _MEMO_ENTRY_CHARS:
+            if len(inventory.memo) >= _MEMO_LIMIT:
+                inventory.memo.clear()
+            inventory.memo[placement] = found
     return found
+
+
+def _characters(placement: PodPlacement) -> int:
+    """About how much text `placement` holds; a freak one is decided without being remembered."""
+    total = sum(len(k) + len(v) for k, v in placement.node_selector.items())
+    total += sum(len(t.key) + len(t.value) + len(t.operator) + len(t.effect) for t in placement.tolerations)
+    total += len(placement.node_name or "") + len(placement.runtime_class or "")
+    total += sum(map(len, placement.term_errors))
+    for term in placement.required_terms or ():
+        total += sum(len(r.key) + sum(map(len, r.values)) for r in term.match_expressions)
+        total += sum(len(r.key) + len(r.value) for r in term.match_fields)
+    return total
 
 
 def _eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list[NodeImages], Counter]:
@@ -70,7 +85,7 @@ def decide(
 ) -> Decision:
     """`spec` is the pod spec of a `kind` object. Raises WorkloadError or SchedulingSpecError when
     the spec cannot be read."""
-    placement = as_admitted(PodPlacement.from_pod_spec(spec))
+    placement = PodPlacement.from_pod_spec(spec, admitted=True)  # as_admitted
     if kind == "DaemonSet":
         placement = as_daemon(placement)
     images = container_images(spec)

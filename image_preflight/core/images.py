@@ -25,6 +25,9 @@ LEGACY_DEFAULT_DOMAIN = "index.docker.io"
 OFFICIAL_REPO_PREFIX = "library/"
 DEFAULT_TAG = "latest"
 CACHE_SIZE = 65536
+# A name is at most 255 characters (NameTotalLengthMax), a tag 128, a digest 135 (sha512): longer
+# strings are invalid or freak, and are parsed every time rather than kept.
+CACHEABLE_LENGTH = 520
 
 
 # --- regexp.go -----------------------------------------------------------------------------
@@ -150,7 +153,7 @@ def _digest_error(s: str, allow_sha512: bool) -> str | None:
         if _GO_DIGEST_RE.fullmatch(s) is None:
             return "digest.ErrDigestInvalidFormat"
         return "digest.ErrDigestUnsupported"
-    if len(encoded.encode()) != hex_len:  # Go's len counts bytes
+    if len(encoded.encode("utf-8", "surrogatepass")) != hex_len:  # Go's len counts bytes
         return "digest.ErrDigestInvalidLength"
     if _HEX_RE[hex_len].fullmatch(encoded) is None:
         return "digest.ErrDigestInvalidFormat"
@@ -328,21 +331,27 @@ def _require_str(ref: object) -> str:
     return ref
 
 
+def _uncached(fn, ref: str, allow_sha512: bool):
+    try:
+        return fn(ref, allow_sha512)
+    except InvalidReference as exc:
+        return _Failure(exc.error, exc.detail)
+
+
 def _memoized(fn):
     """Wrap fn(ref, allow_sha512) as fn(ref, *, allow_sha512=True), caching outcomes, failures
     included: a failure raises a fresh InvalidReference on every call."""
 
     @functools.lru_cache(maxsize=CACHE_SIZE)
     def outcome(ref: str, allow_sha512: bool):
-        try:
-            return fn(ref, allow_sha512)
-        except InvalidReference as exc:
-            return _Failure(exc.error, exc.detail)
+        return _uncached(fn, ref, allow_sha512)
 
     def cached(ref: str, *, allow_sha512: bool = True):
         if not isinstance(ref, str):  # also keeps unhashable values away from the cache
             _require_str(ref)
-        result = outcome(ref, allow_sha512)
+        # Only references of a plausible length are remembered: the cache's bytes stay bounded
+        # (CACHE_SIZE x CACHEABLE_LENGTH) whatever lengths a client sends.
+        result = outcome(ref, allow_sha512) if len(ref) <= CACHEABLE_LENGTH else _uncached(fn, ref, allow_sha512)
         if type(result) is _Failure:
             raise InvalidReference(ref, result.error, result.detail)
         return result

@@ -31,20 +31,34 @@ def _missing_clause(verdict: ImageVerdict) -> str:
 
 
 def denial_message(decision: Decision) -> str:
-    invalid = [v for v in decision.verdicts if v.status == INVALID]
-    parts = [f"invalid image reference {v.image.image!r} in {v.image.label}" for v in invalid]
-    parts += [_missing_clause(v) for v in decision.verdicts if v.status == MISSING]
+    """Name as many images as fit in MAX_MESSAGE and count the rest, so the advice survives the
+    limit. Linear in the number of images: clauses are built only while they fit."""
+    flagged = [v for v in decision.verdicts if v.status == INVALID] + [
+        v for v in decision.verdicts if v.status == MISSING]
     advice = ""
-    if any(v.status == MISSING for v in decision.verdicts):
+    if any(v.status == MISSING for v in flagged):
         advice = f"; the pod would wait in ImagePullBackOff/ErrImageNeverPull: {ADVICE}"
-    # Name as many images as fit and count the rest, so the advice survives the size limit.
-    for shown in range(len(parts), 0, -1):
-        rest = len(parts) - shown
-        head = "invalid: " + "; ".join(parts[:shown])
+    head, size, shown = "invalid: ", len(b"invalid: "), []
+    for index, verdict in enumerate(flagged):
+        clause = _clause(verdict)
+        rest = len(flagged) - index - 1
         tail = (f"; and {rest} more image(s)" if rest else "") + advice
-        if len((head + tail).encode()) <= MAX_MESSAGE or shown == 1:
-            return _clip(head, MAX_MESSAGE - len(tail.encode())) + tail
-    return "invalid: " + advice
+        added = len(_utf8(clause)) + (2 if shown else 0)
+        if shown and size + added + len(_utf8(tail)) > MAX_MESSAGE:
+            break
+        shown.append(clause)
+        size += added
+    rest = len(flagged) - len(shown)
+    tail = (f"; and {rest} more image(s)" if rest else "") + advice
+    if not shown:
+        return "invalid: " + advice
+    return _clip(head + "; ".join(shown), MAX_MESSAGE - len(_utf8(tail))) + tail
+
+
+def _clause(verdict: ImageVerdict) -> str:
+    if verdict.status == INVALID:
+        return f"invalid image reference {verdict.image.image!r} in {verdict.image.label}"
+    return _missing_clause(verdict)
 
 
 def _unplaced(decision: Decision) -> str:
@@ -104,7 +118,7 @@ def limit_warnings(warnings: list[str]) -> list[str]:
     """Clip each, drop duplicates and stop before the apiserver's 4 KiB total."""
     kept, total = [], 0
     for warning in dict.fromkeys(_clip(w, MAX_WARNING) for w in warnings):
-        size = len(warning.encode())
+        size = len(_utf8(warning))
         if total + size > MAX_WARNINGS_TOTAL:
             break
         kept.append(warning)
@@ -112,8 +126,16 @@ def limit_warnings(warnings: list[str]) -> list[str]:
     return kept
 
 
+def _utf8(text: str) -> bytes:
+    # A lone surrogate (from a snapshot file's JSON escapes) becomes "?": the reply stays valid UTF-8.
+    return text.encode("utf-8", "replace") if not text.isascii() else text.encode("ascii")
+
+
 def _clip(text: str, limit: int) -> str:
-    data = text.encode()
-    if len(data) <= limit:
+    """`text` within `limit` UTF-8 bytes, always valid UTF-8."""
+    data = _utf8(text)
+    if len(data) <= limit and (text.isascii() or data.decode("utf-8", "replace") == text):
         return text
-    return data[: limit - 3].decode(errors="ignore") + "..."
+    if len(data) <= limit:
+        return data.decode("utf-8", "replace")
+    return data[: limit - 3].decode("utf-8", "ignore") + "..."

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 from image_preflight.core.inventory import DEFAULT_MAX_IMAGES, NAMES_PER_IMAGE, NodeImages
+from image_preflight.core.runtime_inventory import string, string_list
 from image_preflight.core.scheduling import NodeTraits
 
 # The kubelet's nodeStatusMaxImages as `inventory dump` read it from the node's configz; where a
 # Node carries it, it is the cap for that node whatever --max-images says.
 CAP_ANNOTATION = "image-preflight.io/node-status-max-images"
+_CAP = re.compile(r"-?[0-9]{1,11}")  # ASCII digits only: int() refuses "²", which isdigit() accepts
 
 
 def node_cap(node: Mapping, default: int | None) -> int | None:
@@ -17,7 +20,7 @@ def node_cap(node: Mapping, default: int | None) -> int | None:
     meta = node.get("metadata")
     annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
     value = annotations.get(CAP_ANNOTATION) if isinstance(annotations, Mapping) else None
-    if isinstance(value, str) and value.lstrip("-").isdigit() and len(value) < 12:
+    if isinstance(value, str) and _CAP.fullmatch(value):
         return int(value)
     return default
 
@@ -27,10 +30,13 @@ def node_images_from_node(
 ) -> NodeImages:
     """`max_images` is the kubelet's nodeStatusMaxImages (None or -1: no cap), unless the Node
     carries its own (CAP_ANNOTATION)."""
+    if not isinstance(node, Mapping):
+        raise ValueError(f"expected an object, got {type(node).__name__}")
     meta = node.get("metadata")
     name = meta.get("name") if isinstance(meta, Mapping) else None
-    if not isinstance(name, str) or not name:
+    if name is None or name == "":
         raise ValueError("metadata.name: missing")
+    name = string(name, "metadata.name")
     max_images = node_cap(node, max_images)
     status = node.get("status") or {}
     if not isinstance(status, Mapping):
@@ -50,9 +56,7 @@ def node_images_from_node(
     for index, image in enumerate(images):
         if not isinstance(image, Mapping):
             raise ValueError(f"node {name}: status.images[{index}]: not an object")
-        image_names = image.get("names") or []
-        if not isinstance(image_names, list):
-            raise ValueError(f"node {name}: status.images[{index}].names: not a list")
+        image_names = string_list(image.get("names"), f"node {name}: status.images[{index}]", "names")
         # Five names may mean more were cut: any other name could belong to this image.
         truncated = truncated or len(image_names) >= NAMES_PER_IMAGE
         names += image_names

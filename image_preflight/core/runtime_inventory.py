@@ -30,7 +30,8 @@ def parse_time(value: object, field: str) -> float:
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
-        raise ValueError(f"{field}: {value!r} is not an RFC 3339 time") from None
+        shown = repr(value) if len(value) <= 64 else f"a string of {len(value)} characters"
+        raise ValueError(f"{field}: {shown} is not an RFC 3339 time") from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return moment.timestamp()
@@ -40,39 +41,80 @@ def format_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def string(value: object, field: str) -> str:
+    """`value` as a string Kubernetes could hold; ValueError names the field. A lone surrogate
+    (a JSON escape Go never writes) cannot be encoded in any answer or log line."""
+    if not isinstance(value, str):
+        raise ValueError(f"{field}: expected a string, got {type(value).__name__}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{field}: not valid Unicode (a lone surrogate)") from None
+    return value
+
+
+def string_list(value: object, where: str, field: str) -> list[str]:
+    """`where`'s `field`, a list of strings; null, absent or empty reads as none."""
+    if not value:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"{where}.{field}: not a list")
+    try:
+        if "".join(value).isascii():  # the common case, checked at C speed; join refuses non-strings
+            return value
+    except TypeError:
+        pass
+    for index, item in enumerate(value):
+        string(item, f"{where}.{field}[{index}]")
+    return value
+
+
 def image_names(image: Mapping, where: str) -> list[str]:
     """repoTags then repoDigests of one CRI image; ValueError names the field."""
-    names: list[str] = []
-    for field in ("repoTags", "repoDigests"):
-        value = image.get(field) or []
-        if not isinstance(value, list):
-            raise ValueError(f"{where}.{field}: not a list")
-        names += value
-    return names
+    tags = string_list(image.get("repoTags"), where, "repoTags")
+    return tags + string_list(image.get("repoDigests"), where, "repoDigests")
+
+
+def image_id(image: Mapping, where: str) -> str | None:
+    """The `id` of one CRI image; None when absent or empty."""
+    value = image.get("id")
+    if value is None or value == "":
+        return None
+    return value if type(value) is str and value.isascii() else string(value, f"{where}.id")
+
+
+# leaseDurationSeconds is an int64; a longer one would overflow the float of expires_at.
+_MAX_LEASE = 2**63 - 1
 
 
 def node_images_from_runtime(obj: Mapping) -> NodeImages:
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"expected an object, got {type(obj).__name__}")
     spec = obj.get("spec")
     if not isinstance(spec, Mapping):
         raise ValueError("spec: missing")
     meta = obj.get("metadata")
     node = spec.get("nodeName") or (meta.get("name") if isinstance(meta, Mapping) else None)
-    if not isinstance(node, str) or not node:
+    if node is None or node == "":
         raise ValueError("spec.nodeName: missing")
+    node = string(node, "spec.nodeName" if spec.get("nodeName") else "metadata.name")
     observed_at = parse_time(spec.get("observedAt"), "spec.observedAt")
     lease = spec.get("leaseDurationSeconds")
-    if not isinstance(lease, int) or isinstance(lease, bool) or lease <= 0:
+    if not isinstance(lease, int) or isinstance(lease, bool) or not 0 < lease <= _MAX_LEASE:
         raise ValueError("spec.leaseDurationSeconds: missing or not a positive integer")
     images = spec.get("images")
     if not isinstance(images, list):
         raise ValueError("spec.images: missing or not a list")
     names, ids = [], []
     for index, image in enumerate(images):
+        where = f"spec.images[{index}]"
         if not isinstance(image, Mapping):
-            raise ValueError(f"spec.images[{index}]: not an object")
-        names += image_names(image, f"spec.images[{index}]")
-        if image.get("id"):
-            ids.append(image["id"])
+            raise ValueError(f"{where}: not an object")
+        names += image_names(image, where)
+        found = image_id(image, where)
+        if found:
+            ids.append(found)
     return NodeImages.from_names(
         node, names, ids=ids, complete=True, observed_at=observed_at, expires_at=observed_at + lease, source="cri"
     )

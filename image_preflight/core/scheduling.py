@@ -186,7 +186,7 @@ class PodPlacement:
             object.__setattr__(self, "required_terms", tuple(self.required_terms))
 
     @classmethod
-    def from_pod_spec(cls, spec: Mapping, *, path: str = "spec") -> PodPlacement:
+    def from_pod_spec(cls, spec: Mapping, *, path: str = "spec", admitted: bool = False) -> PodPlacement:
         """Parse a PodSpec; `path` names it in errors (e.g. "spec.template.spec" for a Job).
 
         Raises SchedulingSpecError only for fields of the wrong type, which the apiserver
@@ -198,6 +198,8 @@ class PodPlacement:
         node_name = _get(spec, "nodeName", str, path + ".nodeName", "") or None
         node_selector = parse_string_map(spec, "nodeSelector", path + ".nodeSelector")
         tolerations = parse_tolerations(spec, path + ".tolerations")
+        if admitted:  # as_admitted, without building the placement twice
+            tolerations += ADMISSION_TOLERATIONS
         affinity = _get(spec, "affinity", Mapping, path + ".affinity", {})
         node_affinity = _get(affinity, "nodeAffinity", Mapping, path + ".affinity.nodeAffinity", {})
         required = _get(
@@ -322,13 +324,15 @@ _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 _DECIMAL = re.compile(r"[+-]?[0-9]+")  # what Go's strconv.ParseInt(s, 10, 64) accepts
 _KINDS = {str: "a string", Mapping: "a mapping", bool: "true or false", (list, tuple): "a list"}
+_PLAIN = {str: (str,), Mapping: (dict,), bool: (bool,), (list, tuple): (list, tuple)}
 
 
 def _check(value: Any, kind: Any, path: str, default: Any) -> Any:
     """`value` if of `kind`; null reads as `default`, the zero value the apiserver decodes it to."""
     if value is None:
         return default
-    if not isinstance(value, kind):
+    # JSON gives plain dicts and lists: the exact type test spares the ABC check on the hot path.
+    if type(value) not in _PLAIN.get(kind, ()) and not isinstance(value, kind):
         raise SchedulingSpecError(f"{path}: expected {_KINDS[kind]}, got {type(value).__name__}")
     return value
 
@@ -379,7 +383,12 @@ def _toleration(item: Mapping, path: str) -> Toleration:
 def _parse_int64(text: str) -> int | None:
     if not _DECIMAL.fullmatch(text):
         return None
-    number = int(text)
+    # Leading zeros are fine for ParseInt; past 19 significant digits no int64 fits (and int()
+    # would refuse thousands of them).
+    digits = text.lstrip("+-").lstrip("0") or "0"
+    if len(digits) > 19:
+        return None
+    number = -int(digits) if text.startswith("-") else int(digits)
     return number if -(2**63) <= number < 2**63 else None
 
 

@@ -69,7 +69,7 @@ def default_pull_policy(image: str) -> str:
 
 def pod_spec_of(obj: Mapping) -> Mapping:
     """The pod spec of a workload object; WorkloadError names the missing field."""
-    if not isinstance(obj, Mapping):
+    if type(obj) is not dict and not isinstance(obj, Mapping):  # plain dicts skip the ABC check
         raise WorkloadError("object: not a mapping")
     kind = obj.get("kind")
     path = _POD_SPEC_PATHS.get(kind) if isinstance(kind, str) else None
@@ -79,8 +79,8 @@ def pod_spec_of(obj: Mapping) -> Mapping:
     walked = []
     for key in path:
         walked.append(key)
-        node = node.get(key) if isinstance(node, Mapping) else None
-        if not isinstance(node, Mapping):
+        node = node.get(key)
+        if type(node) is not dict and not isinstance(node, Mapping):
             raise WorkloadError(f"{'.'.join(walked)}: missing or not a mapping in {kind}")
     return node  # type: ignore[return-value]
 
@@ -91,7 +91,7 @@ def container_images(spec: Mapping) -> list[ContainerImage]:
     found: list[ContainerImage] = []
     for field in CONTAINER_FIELDS:
         for index, container in _entries(spec, field):
-            if not isinstance(container, Mapping):
+            if type(container) is not dict and not isinstance(container, Mapping):
                 raise WorkloadError(f"spec.{field}[{index}]: not a mapping")
             found.append(_image(f"spec.{field}[{index}]", container, "image", "imagePullPolicy",
                                 field, container.get("name"), index))

@@ -30,7 +30,9 @@ class NodeWatcher(ResourceWatcher):
         backoff_initial: float = 0.5,
         backoff_max: float = BACKOFF_MAX_S,
         on_restart: Callable[[str], None] | None = None,
+        **options,
     ):
+        """`options` go to ResourceWatcher (silence_timeout, ...)."""
         super().__init__(
             kubernetes.client.CoreV1Api(api_client).list_node,
             replace=sink.replace_nodes,
@@ -42,4 +44,5 @@ class NodeWatcher(ResourceWatcher):
             backoff_initial=backoff_initial,
             backoff_max=backoff_max,
             on_restart=on_restart,
+            **options,
         )

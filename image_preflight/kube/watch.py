@@ -17,15 +17,23 @@ import time
 from typing import Any, Callable, Iterator
 
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import MaxRetryError, ReadTimeoutError
 
 log = logging.getLogger(__name__)
 
 _CONNECT_TIMEOUT = 10.0
 _LIST_READ_TIMEOUT = 120.0
 _LIST_PAGE = 5  # nodes per list page: each can carry thousands of image names
-# A watch stream is ended by the server after timeoutSeconds; silence well past that means a
-# dead connection.
-_WATCH_READ_GRACE = 30.0
+# How long an open watch may say nothing before it is dropped and resumed. The apiserver's watch
+# cache sends a bookmark about every minute (k8s.io/apiserver@v0.37.2 pkg/storage/cacher:
+# defaultBookmarkFrequency in cacher.go, cacheWatcher.nextBookmarkTime, fired in 1 s buckets);
+# 30 s more absorb a busy apiserver. But it sends only bookmarks newer than the resourceVersion a
+# watch began at (cacheWatcher.process), and none without the cache, so until a stream's first
+# bookmark a watch on objects nothing changes is rightly silent until the server ends it at
+# timeoutSeconds (endpoints/handlers/get.go handleWatch): that phase gets timeoutSeconds plus this.
+# Both stay below serve's --max-inventory-age (600 s), so one silent stream is replaced before the
+# replica turns unready. The answer to the watch request comes at once, so it gets this bound too.
+SILENCE_TIMEOUT_S = 90.0
 # client-go's reflector backs off to 30 s to spare a large apiserver from thousands of clients;
 # two webhook replicas cost nothing, and each second of backoff after an apiserver restart is a
 # second of decisions on a stale view (tests/test_cluster_faults.py measures it).
@@ -73,6 +81,10 @@ class _StreamError(Exception):
     """The watch stream carried an ERROR event other than 410."""
 
 
+class _Silent(Exception):
+    """The watch said nothing for longer than its bound while its connection stayed open."""
+
+
 class ResourceWatcher:
     """List and watch what `list_objects` lists, handing raw dicts to the callbacks.
 
@@ -81,6 +93,8 @@ class ResourceWatcher:
     `upsert` each added or modified object, `delete` each deleted one. With `absent_retry`, a 404
     (the resource is not served, e.g. its CRD is not installed) counts as an empty list, logged
     once, and the list is tried again quietly about every `absent_retry` seconds.
+    A watch that says nothing for `silence_timeout` seconds once it has delivered a bookmark (for
+    `watch_timeout_seconds` plus that before) is dropped and resumed, counted as "silent".
     """
 
     def __init__(
@@ -97,6 +111,7 @@ class ResourceWatcher:
         backoff_max: float = BACKOFF_MAX_S,
         on_restart: Callable[[str], None] | None = None,
         absent_retry: float | None = None,
+        silence_timeout: float = SILENCE_TIMEOUT_S,
     ):
         self._list_objects = list_objects
         self._replace, self._upsert, self._delete = replace, upsert, delete
@@ -105,6 +120,7 @@ class ResourceWatcher:
         self.absent = False  # the last list answered 404 (only with absent_retry)
         self._label_selector = label_selector
         self._watch_timeout = watch_timeout_seconds
+        self._silence_timeout = silence_timeout
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._on_restart = on_restart
@@ -152,6 +168,12 @@ class ResourceWatcher:
             except Exception as exc:  # noqa: BLE001 - the loop must outlive any failure
                 if stop.is_set():
                     break
+                if isinstance(exc, _Silent):
+                    # Only the connection is suspect: resume at once from where the stream stopped.
+                    log.warning("%s watch: %s; watching again from resourceVersion %s",
+                                self._what, describe_error(exc), self._resource_version)
+                    self._restart("silent")
+                    continue
                 if self._absent_retry is not None and isinstance(exc, ApiException) and exc.status == 404:
                     need_list = True
                     self._on_absent(exc)
@@ -207,26 +229,40 @@ class ResourceWatcher:
 
     def _watch(self, stop: threading.Event) -> bool:
         """Follow one watch stream to its end; True if it delivered anything."""
-        response = self._list_objects(
-            watch=True,
-            resource_version=self._resource_version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=self._watch_timeout,
-            label_selector=self._label_selector,
-            _preload_content=False,
-            _request_timeout=(_CONNECT_TIMEOUT, self._watch_timeout + _WATCH_READ_GRACE),
-        )
+        try:
+            response = self._list_objects(
+                watch=True,
+                resource_version=self._resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=self._watch_timeout,
+                label_selector=self._label_selector,
+                _preload_content=False,
+                _request_timeout=(_CONNECT_TIMEOUT, self._silence_timeout),
+            )
+        except MaxRetryError as exc:  # urllib3 retries a request whose answer timed out, then this
+            if isinstance(exc.reason, ReadTimeoutError):
+                raise _Silent(f"no answer to the watch request within {self._silence_timeout:g}s") from exc
+            raise
         with self._response_lock:
             self._response = response
-        delivered = False
+        delivered = bookmarked = False
+        bound = self._watch_timeout + self._silence_timeout  # no bookmark yet: see SILENCE_TIMEOUT_S
+        _set_read_timeout(response, bound)
         try:
             if stop.is_set():  # stop() may have run before the response was registered
                 return delivered
-            for line in _lines(response):
-                self._apply(json.loads(line))
-                delivered = True
-                if stop.is_set():
-                    break
+            try:
+                for line in _lines(response):
+                    event = json.loads(line)
+                    self._apply(event)
+                    delivered = True
+                    if stop.is_set():
+                        break
+                    if event.get("type") == "BOOKMARK" and not bookmarked:
+                        bookmarked, bound = True, self._silence_timeout  # the next is due within a minute
+                        _set_read_timeout(response, bound)
+            except ReadTimeoutError as exc:
+                raise _Silent(f"nothing received for {bound:g}s on an open watch") from exc
         finally:
             with self._response_lock:
                 self._response = None
@@ -263,6 +299,13 @@ class ResourceWatcher:
                 pass
 
 
+def _set_read_timeout(response, seconds: float) -> None:
+    """Change how long each read of an open response may wait (the client fixes it per request)."""
+    sock = getattr(getattr(response, "connection", None), "sock", None)
+    if sock is not None:
+        sock.settimeout(seconds)
+
+
 def _lines(response) -> Iterator[str]:
     """Newline-delimited JSON events from a chunked watch response (chunks need not align)."""
     buffer = bytearray()
@@ -289,7 +332,7 @@ def describe_error(exc: BaseException) -> str:
         except (ValueError, AttributeError):
             pass
         text = f"HTTP {exc.status} {exc.reason}" + (f": {message}" if message else "")
-    elif isinstance(exc, (_Expired, _StreamError)):
+    elif isinstance(exc, (_Expired, _StreamError, _Silent)):
         text = str(exc)
     else:
         text = f"{type(exc).__name__}: {exc}"

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from tests.controlplane.cluster import ControlPlane, free_port, terminate
+from image_preflight.webhook.logs import FLUSH_S
 
 SERVICE_HOST = "image-preflight.image-preflight.svc"
 
@@ -82,7 +83,8 @@ class ServedWebhook:
             connection.close()
 
     def decisions(self) -> list[dict]:
-        """The decision log lines written so far."""
+        """The decision log lines written so far (serve flushes its log every FLUSH_S)."""
+        time.sleep(3 * FLUSH_S)
         found = []
         for line in self.log.read_text(errors="replace").splitlines():
             if line.startswith("{") and '"decision"' in line:

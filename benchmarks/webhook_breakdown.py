@@ -1,0 +1,73 @@
+"""Where a review's time goes inside `serve`, in-process and without the network.
+
+    python benchmarks/webhook_breakdown.py [--number 20000]
+
+The review of benchmarks/webhook_load.py (a 5.2 KB rollout Job) against the example inventory:
+orjson's parse, the decision (admit), the answer's encode, and the whole /validate endpoint as
+an ASGI call under uvloop (decision line and metrics included, the line written to a buffer).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import sys
+import timeit
+from pathlib import Path
+
+import orjson
+import uvloop
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.webhook_load import EXAMPLE_NODES, review_body  # noqa: E402
+from image_preflight.core.admission import Settings, admit, parse_review  # noqa: E402
+from image_preflight.files.inventory import load_inventory_file  # noqa: E402
+from image_preflight.webhook.app import WebhookState, _dumps, create_app  # noqa: E402
+from image_preflight.webhook.metrics import Metrics  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--number", type=int, default=20_000)
+    args = parser.parse_args()
+    inventory = load_inventory_file(EXAMPLE_NODES)
+    body = review_body()
+    review = parse_review(body, loads=orjson.loads)
+    outcome = admit(review, inventory, Settings(), now=1.0)
+    sink = io.StringIO()
+    state = WebhookState(inventory=lambda: inventory, ready=lambda: True, settings=Settings(), metrics=Metrics(),
+                         write_decision=lambda line: sink.write(line + "\n"))
+    app = create_app(state)
+    scope = {"type": "http", "method": "POST", "path": "/validate", "query_string": b"timeout=10s",
+             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(_message):
+        return None
+
+    async def endpoint(n: int) -> float:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for _ in range(n):
+            await app(scope, receive, send)
+            sink.seek(0)
+            sink.truncate()
+        return loop.time() - started
+
+    for name, call in (("parse (orjson)", lambda: orjson.loads(body)),
+                       ("decision (admit)", lambda: admit(review, inventory, Settings(), now=1.0)),
+                       ("encode the answer", lambda: _dumps(outcome.review))):
+        print(f"{name:28s} {timeit.timeit(call, number=args.number) / args.number * 1e6:7.2f} µs")
+    uvloop.install()
+    asyncio.run(endpoint(1000))
+    seconds = asyncio.run(endpoint(args.number))
+    print(f"{'whole /validate endpoint':28s} {seconds / args.number * 1e6:7.2f} µs")
+
+
+if __name__ == "__main__":
+    main()
