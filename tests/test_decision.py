@@ -467,3 +467,58 @@ def test_a_missing_image_volume_denies_and_is_named_as_a_volume():
     decision = decide(spec, inv(node("n1", SWE)))
     assert decision.outcome == DENY and statuses(decision) == [PRESENT, MISSING]
     assert "image 'swe/tools:v1' (volume 'tools', imagePullPolicy IfNotPresent) is absent" in denial_message(decision)
+
+
+# --- remembered decisions (image_preflight.core.decision_cache) ------------------------------------
+
+
+def _specs() -> list[dict]:
+    containers = [{"name": "agent", "image": SWE, "imagePullPolicy": "IfNotPresent"}]
+    return [
+        {"containers": containers},
+        {"containers": [{**containers[0], "name": "other"}]},  # names only label messages, yet they differ
+        {"containers": containers, "nodeSelector": {"pool": "cpu"}},
+        {"containers": containers, "nodeSelector": {"pool": "gpu"}},
+        {"containers": containers, "tolerations": [{"key": "gpu", "operator": "Exists"}]},
+        {"containers": containers, "volumes": [{"name": "t", "image": {"reference": "python:3.11"}}]},
+        {"containers": containers, "volumes": [{"name": "t", "image": {"reference": "registry.k8s.io/pause:3.9"}}]},
+        {"containers": containers, "nodeName": "cpu-2"},
+        {"initContainers": containers, "containers": [{"name": "b", "image": "python:3.11"}]},
+        {"containers": [{"name": "agent", "image": SWE, "imagePullPolicy": "Always"}]},
+    ]
+
+
+def _cluster():
+    return inv(node("cpu-1", SWE, "python:3.11", labels={"pool": "cpu"}),
+               node("cpu-2", SWE, labels={"pool": "cpu"}, expires_at=NOW + 60),
+               node("gpu-1", "python:3.11", labels={"pool": "gpu"}, taints=[Taint("gpu", "", "NoSchedule")]))
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Job", "DaemonSet"])
+def test_a_remembered_decision_equals_a_fresh_one_for_every_spec(kind):
+    remembering = _cluster()
+    for spec in _specs() * 2:  # the second round comes from memory
+        assert decide(spec, remembering, now=NOW, kind=kind) == decide(spec, _cluster(), now=NOW, kind=kind), spec
+    assert len(remembering.decisions) == len(_specs())
+
+
+def test_a_remembered_decision_ends_when_a_lease_ends_and_before_the_one_it_saw():
+    cluster = _cluster()
+    spec = {"containers": [{"name": "agent", "image": "python:3.11", "imagePullPolicy": "IfNotPresent"}]}
+    before = decide(spec, cluster, now=NOW)  # cpu-2's lease runs: it lacks "python:3.11"
+    after = decide(spec, cluster, now=NOW + 61)  # lease over: cpu-2 proves nothing
+    assert (before.outcome, after.outcome) == (DENY, UNKNOWN)
+    assert decide(spec, cluster, now=NOW + 30) == before and decide(spec, cluster, now=NOW + 90) == after
+
+
+def test_specs_that_cannot_be_keyed_are_decided_every_time():
+    cluster = _cluster()
+    odd = [{"containers": ({"name": "a", "image": SWE},)},  # a tuple, not JSON's list
+           {"containers": [{"name": "a", "image": SWE}], "nodeSelector": {"pool": float("nan")}},
+           {"containers": [{"name": "a", "image": "x" * 5000 + ":1"}]}]
+    for spec in odd:
+        try:
+            decide(spec, cluster, now=NOW)
+        except (WorkloadError, SchedulingSpecError):
+            pass
+    assert cluster.decisions == {}

@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from image_preflight.core import decision_cache
 from image_preflight.core.images import InvalidReference
 from image_preflight.core.inventory import Inventory, NodeImages, image_key
 from image_preflight.core.runtime_classes import RuntimeClassConflict, with_runtime_class
@@ -84,7 +85,24 @@ def decide(
     spec: Mapping, inventory: Inventory, *, require: str = REQUIRE_ALL, now: float | None = None, kind: str = "Pod"
 ) -> Decision:
     """`spec` is the pod spec of a `kind` object. Raises WorkloadError or SchedulingSpecError when
-    the spec cannot be read."""
+    the spec cannot be read. Remembered per inventory (see image_preflight.core.decision_cache)."""
+    try:
+        key = decision_cache.key_of(spec, kind, require, now is None)
+    except (TypeError, ValueError, RecursionError):  # a value JSON cannot hold: decide it afresh
+        key = None
+    if key is not None:
+        found = inventory.decisions.get(key)
+        if found is not None and (now is None or found[1] <= now < found[2]):
+            return found[0]
+    decision = _decide(spec, inventory, require, now, kind)
+    if key is not None:
+        if len(inventory.decisions) >= decision_cache.LIMIT:
+            inventory.decisions.clear()
+        inventory.decisions[key] = (decision, *decision_cache.window(inventory, now))
+    return decision
+
+
+def _decide(spec: Mapping, inventory: Inventory, require: str, now: float | None, kind: str) -> Decision:
     placement = PodPlacement.from_pod_spec(spec, admitted=True)  # as_admitted
     if kind == "DaemonSet":
         placement = as_daemon(placement)

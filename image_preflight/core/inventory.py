@@ -91,10 +91,15 @@ class Inventory:
     # Memo for image_preflight.core.decision.eligible_nodes: rollout Jobs share one placement, so the
     # scheduler filters run once per placement and inventory instead of once per request.
     memo: dict = field(init=False, repr=False, compare=False)
+    # Whole decisions by what decides them (image_preflight.core.decision_cache).
+    decisions: dict = field(init=False, repr=False, compare=False)
+    lease_ends: tuple[float, ...] = field(init=False, repr=False, compare=False)  # sorted expires_at
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {n.node: n for n in self.nodes})
         object.__setattr__(self, "memo", {})
+        object.__setattr__(self, "decisions", {})
+        object.__setattr__(self, "lease_ends", tuple(sorted(n.expires_at for n in self.nodes if n.expires_at is not None)))
 
     def get(self, node: str) -> NodeImages | None:
         return self._by_name.get(node)
