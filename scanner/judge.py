@@ -202,8 +202,7 @@ def verdict_of(decision: core.Decision, *, keep_unknown: bool = False) -> RowVer
     if decision.outcome == core.UNKNOWN and not keep_unknown:
         unknown = decision.with_status(core.UNKNOWN)
         # No node named: say why (a RuntimeClass the inventory does not hold).
-        detail = "" if decision.eligible or not decision.ineligible else decision.ineligible[0][0]
-        return RowVerdict(UNKNOWN, _images(unknown), _nodes(v.unknown_on for v in unknown), detail)
+        return RowVerdict(UNKNOWN, _images(unknown), _nodes(v.unknown_on for v in unknown), decision.unplaced)
     return RowVerdict(KEPT)
 
 

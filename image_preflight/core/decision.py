@@ -36,6 +36,7 @@ class Decision:
     verdicts: tuple[ImageVerdict, ...]
     eligible: tuple[str, ...]  # nodes the pod may land on
     ineligible: tuple[tuple[str, int], ...] = ()  # (scheduler reason, node count)
+    unplaced: str = ""  # why no node can be named for the pod at all (its RuntimeClass)
 
     def with_status(self, status: str) -> list[ImageVerdict]:
         return [v for v in self.verdicts if v.status == status]
@@ -125,7 +126,7 @@ def _unplaced(images: Sequence[ContainerImage], reason: str, nodes: int, outcome
     """A decision for a pod no node can be named for: only invalid references are certain."""
     verdicts = tuple(_verdict(image, [], REQUIRE_ALL, None) for image in images)
     decided = _outcome(verdicts, False)
-    return Decision(outcome if decided == NO_ELIGIBLE_NODE else decided, verdicts, (), ((reason, nodes),))
+    return Decision(outcome if decided == NO_ELIGIBLE_NODE else decided, verdicts, (), ((reason, nodes),), reason)
 
 
 def decide_images(

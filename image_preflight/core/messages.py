@@ -62,12 +62,12 @@ def _clause(verdict: ImageVerdict) -> str:
 
 
 def _unplaced(decision: Decision) -> str:
-    """Why no node can be named for the pod: the first reason, or an empty inventory."""
+    """Why no node can be named for the pod: its own reason, the scheduler's first, or none."""
+    if decision.unplaced:
+        return decision.unplaced
     if not decision.ineligible:
         return "no node in the inventory can run this pod"
     reason, count = decision.ineligible[0]
-    if reason.startswith(("RuntimeClass", "pod rejected")):
-        return reason
     return f"no node in the inventory can run this pod ({count} {reason})"
 
 

@@ -10,15 +10,12 @@ import os
 import time
 from pathlib import Path
 
-import kubernetes.client  # the kube extra: the CLI names it when absent
-
 from image_preflight.core.inventory import DEFAULT_MAX_IMAGES
-from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION
 from image_preflight.doctor import cluster, findings
 from image_preflight.doctor.findings import PROBLEM, SKIPPED, Finding
 from image_preflight.errors import UsageError
-from image_preflight.kube.client import api_client
-from image_preflight.kube.cluster_inventory import NotServed, kubelet_caps, list_all
+from image_preflight.kube.client import api_client  # the kube extra: the CLI names it when absent
+from image_preflight.kube.cluster_inventory import NotServed, kubelet_caps, list_node_images, list_nodes, node_names
 
 DEFAULT_ROLLOUT_NAMESPACE = "default"  # agent-lightning's examples/swe_smith/run.sh: AGL_NAMESPACE
 
@@ -63,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 def check(api, *, rollouts: str, webhook_address: str | None, max_images: int | None,
           node_selector: dict[str, str], now: float) -> list[Finding]:
     """Every finding, in the order a user fixes them. UsageError when the cluster cannot be read."""
-    nodes = list_all(kubernetes.client.CoreV1Api(api).list_node, "nodes")  # unreadable: exit 2
+    nodes = list_nodes(api)  # unreadable: exit 2
     found: list[Finding] = []
     try:
         found_config, target = findings.webhook_configuration(cluster.webhook_configurations(api))
@@ -86,15 +83,14 @@ def check(api, *, rollouts: str, webhook_address: str | None, max_images: int | 
             where = rollouts if rollouts in chosen else (chosen[0] if chosen else None)
             found.append(findings.probe(cluster.probe(api, where) if where else ("", ""), where))
     try:
-        published = list_all(lambda **q: kubernetes.client.CustomObjectsApi(api).list_cluster_custom_object(
-            GROUP, VERSION, PLURAL, **q), f"{PLURAL}.{GROUP}")
+        published = list_node_images(api)
     except NotServed:
         published = []
     except UsageError as exc:
         found.append(Finding(SKIPPED, f"the node agent's lists ({exc})"))
         published = []
     notes: list[str] = []
-    caps = kubelet_caps(api, [(n.get("metadata") or {}).get("name") for n in nodes], notes.append)
+    caps = kubelet_caps(api, node_names(nodes), notes.append)
     found += [Finding(SKIPPED, note) for note in notes]
     found += findings.node_lists(nodes, published, caps, max_images, now)
     found += findings.landing(nodes, node_selector)

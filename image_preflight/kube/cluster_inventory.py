@@ -29,19 +29,30 @@ _CONFIGZ_WORKERS = 8
 def read_cluster(api: kubernetes.client.ApiClient, *, now: float, note: Note) -> dict:
     """The List document; `note` hears what was left out and why. UsageError when the nodes
     cannot be listed."""
-    nodes = list_all(kubernetes.client.CoreV1Api(api).list_node, "nodes")
+    nodes = list_nodes(api)
     try:
-        published = list_all(
-            lambda **query: kubernetes.client.CustomObjectsApi(api).list_cluster_custom_object(
-                GROUP, VERSION, PLURAL, **query),
-            f"{PLURAL}.{GROUP}",
-        )
+        published = list_node_images(api)
     except NotServed:
         note(f"{PLURAL}.{GROUP} is not served (node agent not deployed?): node status only")
         published = []
     runtime_classes = _runtime_classes(api, note)
-    caps = kubelet_caps(api, [(n.get("metadata") or {}).get("name") for n in nodes], note)
+    caps = kubelet_caps(api, node_names(nodes), note)
     return snapshot(nodes, published, now=now, note=note, runtime_classes=runtime_classes, caps=caps)
+
+
+def list_nodes(api: kubernetes.client.ApiClient) -> list[dict]:
+    """Every Node; UsageError when they cannot be listed."""
+    return list_all(kubernetes.client.CoreV1Api(api).list_node, "nodes")
+
+
+def list_node_images(api: kubernetes.client.ApiClient) -> list[dict]:
+    """Every NodeImages object; NotServed without the CRD, UsageError otherwise."""
+    return list_all(lambda **query: kubernetes.client.CustomObjectsApi(api).list_cluster_custom_object(
+        GROUP, VERSION, PLURAL, **query), f"{PLURAL}.{GROUP}")
+
+
+def node_names(nodes: list[dict]) -> list[str]:
+    return [(n.get("metadata") or {}).get("name") for n in nodes]
 
 
 def snapshot(nodes: list[dict], published: list[dict], *, now: float, note: Note,
