@@ -1,4 +1,4 @@
-# The image of the webhook (`image-preflight serve`) and the node agent, as a non-root user.
+# The image of the webhook (`image-preflight serve`), the watchdog and the node agent, as a non-root user.
 #   docker build -t image-preflight:0.1.0 .
 FROM python:3.11-slim
 
@@ -13,7 +13,7 @@ RUN groupadd --system --gid 10001 image-preflight \
       --shell /usr/sbin/nologin image-preflight
 
 COPY . /src
-# One image for the webhook Deployment and the agent DaemonSet.
+# One image for the webhook and watchdog Deployments and the agent DaemonSet.
 RUN pip install "/src[all]" && rm -rf /src
 
 USER 10001:10001

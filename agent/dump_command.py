@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from image_preflight.cli import add_cluster_arguments
 from image_preflight.core.runtime_inventory import RUNTIME_KIND
 from image_preflight.files.atomic import write_atomic
 from image_preflight.kube.client import api_client  # needs the kube extra: the CLI names it when absent
@@ -30,9 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "may be read), the node agents' current NodeImages objects and the RuntimeClasses as one kind: List, "
         "the snapshot `image-preflight scan --inventory` and `serve --inventory` read.",
     )
-    dump.add_argument("--kubeconfig", type=Path, metavar="FILE",
-                      help="default: the service account in a pod, else ~/.kube/config")
-    dump.add_argument("--context", metavar="NAME", help="the kubeconfig context to use (default: its current one)")
+    add_cluster_arguments(dump)
     dump.add_argument("--out", type=Path, metavar="FILE", help="write here, atomically (default: stdout)")
     dump.set_defaults(run=run)
 

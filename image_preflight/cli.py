@@ -12,6 +12,7 @@ import argparse
 import importlib
 import os
 import sys
+from pathlib import Path
 from typing import NamedTuple
 
 from image_preflight.errors import InputError, UsageError
@@ -29,8 +30,18 @@ COMMANDS = {
     "certs": Command("image_preflight.certs.command", "webhook", "create or renew the webhook's CA and certificate"),
     "agent": Command("image_preflight.agent.command", "agent", "publish this node's complete image list"),
     "inventory": Command("image_preflight.agent.dump_command", "kube", "write the cluster's nodes and images"),
+    "watchdog": Command("image_preflight.watchdog.command", "watchdog", "fail a Job whose Pod cannot get its node-local image"),
     "doctor": Command("image_preflight.doctor.command", "kube", "check the cluster end to end, each finding with its fix"),
 }
+
+
+def add_cluster_arguments(parser: argparse.ArgumentParser, when: str = "") -> None:
+    """--kubeconfig and --context, worded alike for every subcommand that reads the cluster
+    (image_preflight.kube.client.api_client chooses as kubectl does). `when` prefixes the help."""
+    parser.add_argument("--kubeconfig", type=Path, metavar="FILE",
+                        help=f"{when}as kubectl's (default: in a pod its service account, else $KUBECONFIG or "
+                        "~/.kube/config)")
+    parser.add_argument("--context", metavar="NAME", help=f"{when}a context of the kubeconfig (default: its current one)")
 
 
 def _problem(command: Command, exc: ImportError) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from image_preflight.cli import add_cluster_arguments
 from image_preflight.errors import UsageError
 from image_preflight.files.atomic import atomic_path
 from image_preflight.scanner import datasets, output
@@ -39,9 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="node snapshot: kubectl get nodes -o json, crictl/docker images, NodeImages, "
                         "`image-preflight inventory dump`, or references one per line (repeatable); "
                         "default: read the cluster of the current kubeconfig context")
-    parser.add_argument("--kubeconfig", type=Path, metavar="FILE",
-                        help="without --inventory: the kubeconfig to read the cluster with (as kubectl's)")
-    parser.add_argument("--context", metavar="NAME", help="without --inventory: the kubeconfig context")
+    add_cluster_arguments(parser, when="without --inventory: ")
     parser.add_argument("--out-dir", type=Path, metavar="DIR", help="write each dataset's kept rows here")
     parser.add_argument("--report", type=Path, metavar="REPORT.json", help="write every dropped row as JSON")
     parser.add_argument("--missing-images", type=Path, metavar="FILE", help="write the distinct missing images")

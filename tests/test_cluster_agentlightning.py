@@ -16,7 +16,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from tests.agent_lightning import JOB_NAME_PREFIX, MANAGED_BY, TEMPLATE, build_job_spec, example_row
-from tests.controlplane.cluster import create_node, set_node_images, wait_for
+from tests.controlplane.cluster import create_node, delete_namespaces, set_node_images, wait_for
 from tests.controlplane.webhook import ServedWebhook
 from tests.test_admission import agent_lightning_fails_at_once
 from tests.test_cluster_webhook import (  # noqa: F401 - deployed is a fixture
@@ -115,11 +115,7 @@ def rollouts(control_plane, deployed, deploy_copy, tmp_path_factory):  # noqa: F
         yield state
     finally:
         served.stop()
-        batch = k8s.BatchV1Api(core.api_client)
-        for namespace in state.namespaces:
-            batch.delete_collection_namespaced_job(namespace, propagation_policy="Background")
-            core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-            core.delete_namespace(namespace)
+        delete_namespaces(control_plane, state.namespaces)
         core.delete_collection_node(label_selector=",".join(f"{k}={v}" for k, v in NODE_LABEL.items()))
         control_plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / SELF_SIGNED))
     hook = k8s.AdmissionregistrationV1Api(core.api_client).read_validating_webhook_configuration(

@@ -8,8 +8,8 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from pathlib import Path
 
+from image_preflight.cli import add_cluster_arguments
 from image_preflight.core.inventory import DEFAULT_MAX_IMAGES
 from image_preflight.doctor import cluster, findings
 from image_preflight.doctor.findings import PROBLEM, SKIPPED, Finding
@@ -28,9 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "checks, how much each node's image list proves, and where rollout pods may land. One line per "
         "finding with the command that fixes it; exit 0 healthy, 1 with problems, 2 cannot check.",
     )
-    parser.add_argument("--kubeconfig", type=Path, metavar="FILE", help="as kubectl's (default: in-cluster, "
-                        "else $KUBECONFIG or ~/.kube/config)")
-    parser.add_argument("--context", metavar="NAME", help="the kubeconfig context to use")
+    add_cluster_arguments(parser)
     parser.add_argument("--namespace", metavar="NS", default=os.environ.get("AGL_NAMESPACE") or DEFAULT_ROLLOUT_NAMESPACE,
                         help="where agent-lightning creates its Jobs (default: $AGL_NAMESPACE, else %(default)s)")
     parser.add_argument("--webhook-address", metavar="HOST:PORT",

@@ -23,7 +23,8 @@ log = logging.getLogger(__name__)
 
 _CONNECT_TIMEOUT = 10.0
 _LIST_READ_TIMEOUT = 120.0
-_LIST_PAGE = 5  # nodes per list page: each can carry thousands of image names
+NODE_PAGE = 5  # nodes per list page: each can carry thousands of image names
+PAGE = 500  # objects per list page for small objects (kubectl's chunk size)
 # How long an open watch may say nothing before it is dropped and resumed. The apiserver's watch
 # cache sends a bookmark about every minute (k8s.io/apiserver@v0.37.2 pkg/storage/cacher:
 # defaultBookmarkFrequency in cacher.go, cacheWatcher.nextBookmarkTime, fired in 1 s buckets);
@@ -43,17 +44,18 @@ BACKOFF_MAX_S = 5.0
 class _Pages:
     """A paginated list (limit/continue), read one page at a time as its items are consumed."""
 
-    def __init__(self, list_objects: Callable[..., Any], label_selector: str | None) -> None:
+    def __init__(self, list_objects: Callable[..., Any], selectors: dict[str, str], page_size: int) -> None:
         self._list_objects = list_objects
-        self._label_selector = label_selector
+        self._selectors = selectors
+        self._page_size = page_size
         self.resource_version: str | None = None
 
     def items(self) -> Iterator[dict]:
         token = None
         while True:
-            query = {"limit": _LIST_PAGE, **({"_continue": token} if token else {})}
+            query = {"limit": self._page_size, **({"_continue": token} if token else {})}
             response = self._list_objects(
-                label_selector=self._label_selector,
+                **self._selectors,
                 _preload_content=False,
                 _request_timeout=(_CONNECT_TIMEOUT, _LIST_READ_TIMEOUT),
                 **query,
@@ -106,21 +108,27 @@ class ResourceWatcher:
         delete: Callable[[dict], None],
         what: str = "node",
         label_selector: str | None = None,
+        field_selector: str | None = None,
         watch_timeout_seconds: int = 300,
         backoff_initial: float = 0.5,
         backoff_max: float = BACKOFF_MAX_S,
         on_restart: Callable[[str], None] | None = None,
         absent_retry: float | None = None,
         silence_timeout: float = SILENCE_TIMEOUT_S,
+        page_size: int = NODE_PAGE,
     ):
         self._list_objects = list_objects
         self._replace, self._upsert, self._delete = replace, upsert, delete
         self._what = what
         self._absent_retry = absent_retry
         self.absent = False  # the last list answered 404 (only with absent_retry)
-        self._label_selector = label_selector
+        # Only the selectors given are sent: a list method without field_selector (none lacks it
+        # today) is never handed one.
+        self._selectors = {key: value for key, value in
+                           (("label_selector", label_selector), ("field_selector", field_selector)) if value}
         self._watch_timeout = watch_timeout_seconds
         self._silence_timeout = silence_timeout
+        self._page_size = page_size
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._on_restart = on_restart
@@ -216,7 +224,7 @@ class ResourceWatcher:
         self.synced.set()
 
     def _list(self) -> None:
-        pages = _Pages(self._list_objects, self._label_selector)
+        pages = _Pages(self._list_objects, self._selectors, self._page_size)
         # The sink converts page by page, so a 200-node cluster's full image lists never sit
         # in memory as raw JSON all at once. An expired continue token is a 410: re-listed.
         self._replace(pages.items())
@@ -235,7 +243,7 @@ class ResourceWatcher:
                 resource_version=self._resource_version,
                 allow_watch_bookmarks=True,
                 timeout_seconds=self._watch_timeout,
-                label_selector=self._label_selector,
+                **self._selectors,
                 _preload_content=False,
                 _request_timeout=(_CONNECT_TIMEOUT, self._silence_timeout),
             )

@@ -393,6 +393,16 @@ def create_node(plane: ControlPlane, name: str, *, images: list[list[str]] | Non
     return core.read_node(name).to_dict()
 
 
+def delete_namespaces(plane: ControlPlane, namespaces: list[str]) -> None:
+    """A test's namespaces, with their Jobs and Pods gone at once (no kubelet would end the Pods)."""
+    core = plane.core()
+    batch = k8s.BatchV1Api(core.api_client)
+    for namespace in namespaces:
+        batch.delete_collection_namespaced_job(namespace, propagation_policy="Background")
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        core.delete_namespace(namespace)
+
+
 def set_node_images(plane: ControlPlane, name: str, images: list[list[str]]) -> None:
     plane.core().patch_node_status(name, {"status": {"images": [{"names": n, "sizeBytes": 1 << 20} for n in images]}})
 

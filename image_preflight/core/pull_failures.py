@@ -1,0 +1,146 @@
+"""Which containers of a Pod wait for an image their kubelet cannot get, and who owns the Pod.
+
+Pure: reads Pods, Jobs and Events as the API returns them (camelCase dicts) and never raises on
+their content; what cannot be read is not a failure. The watchdog acts on what this finds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from image_preflight.core.images import InvalidReference, docker_ref
+from image_preflight.core.workloads import ALWAYS, WorkloadError, container_images, default_pull_policy
+
+# The kubelet's waiting reasons for an image it will never get (pkg/kubelet/images/types.go):
+# ErrImageNeverPull (Never, and the node lacks it) and InvalidImageName (the name cannot parse)
+# hold whatever the pull policy.
+NEVER_AVAILABLE = frozenset({"ErrImageNeverPull", "InvalidImageName"})
+# A failed pull, then the backoff before the next one: for a node-local IfNotPresent image no
+# registry holds it, so no retry helps. For Always the image is a registry's, left alone by default.
+PULL_FAILED = frozenset({"ErrImagePull", "ImagePullBackOff"})
+# Regular and init containers hold the Pod back; an ephemeral container never does.
+_STATUSES = (("initContainerStatuses", "initContainers"), ("containerStatuses", "containers"))
+# A Job with one of these conditions is finishing or finished (pkg/controller/job: FailureTarget and
+# SuccessCriteriaMet precede Failed and Complete while pods terminate).
+FINISHED_CONDITIONS = ("Failed", "Complete", "FailureTarget", "SuccessCriteriaMet")
+
+
+@dataclass(frozen=True, slots=True)
+class Stuck:
+    container: str
+    image: str  # as the spec writes it
+    reference: str  # as the runtime looks it up (ParseDockerRef: docker.io/library/x:latest), or the spec text
+    pull_policy: str
+    reason: str  # the kubelet's waiting reason
+    message: str  # the kubelet's waiting message
+
+
+@dataclass(frozen=True, slots=True)
+class Owner:
+    api_version: str
+    kind: str
+    name: str
+    uid: str
+
+    @property
+    def is_job(self) -> bool:
+        return self.api_version == "batch/v1" and self.kind == "Job"
+
+
+def _mapping(value: object) -> Mapping:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def reference_of(image: str) -> str:
+    try:
+        return docker_ref(image, allow_sha512=True)
+    except (InvalidReference, TypeError):
+        return image
+
+
+def settled(pod: Mapping) -> bool:
+    """Terminal or being deleted: nothing here will wait any longer."""
+    return bool(_mapping(pod.get("metadata")).get("deletionTimestamp")) or _mapping(
+        pod.get("status")).get("phase") in ("Succeeded", "Failed")
+
+
+def stuck_containers(pod: Mapping, *, include_always: bool = False) -> tuple[Stuck, ...]:
+    """The Pod's containers that wait for an image their node will not get, init containers first."""
+    if settled(pod):
+        return ()
+    waiting = _image_waits(_mapping(pod.get("status")))
+    if not waiting:
+        return ()  # most Pods: the spec is not read at all
+    try:
+        declared = {(image.field, image.container): image for image in container_images(_mapping(pod.get("spec")))}
+    except WorkloadError:
+        declared = {}
+    found = []
+    for field, name, status_image, reason, message in waiting:
+        spec = declared.get((field, name))
+        image = spec.image if spec else status_image
+        policy = spec.pull_policy if spec else default_pull_policy(image)
+        if reason in PULL_FAILED and policy == ALWAYS and not include_always:
+            continue
+        found.append(Stuck(name, image, reference_of(image), policy, reason, message))
+    return tuple(found)
+
+
+def _image_waits(status: Mapping) -> list[tuple[str, str, str, str, str]]:
+    """(spec field, container, status image, reason, message) of each container waiting on its image."""
+    found = []
+    for statuses, field in _STATUSES:
+        entries = status.get(statuses)
+        for entry in entries if isinstance(entries, list) else ():
+            entry = _mapping(entry)
+            waiting = _mapping(_mapping(entry.get("state")).get("waiting"))
+            reason = waiting.get("reason")
+            if reason in NEVER_AVAILABLE or reason in PULL_FAILED:
+                found.append((field, _text(entry.get("name")), _text(entry.get("image")), reason,
+                              _text(waiting.get("message"))))
+    return found
+
+
+def controller_of(obj: Mapping) -> Owner | None:
+    """The ownerReference marked controller (at most one is: apimachinery validation)."""
+    references = _mapping(obj.get("metadata")).get("ownerReferences")
+    for reference in references if isinstance(references, list) else ():
+        reference = _mapping(reference)
+        if reference.get("controller") is True:
+            return Owner(_text(reference.get("apiVersion")), _text(reference.get("kind")),
+                         _text(reference.get("name")), _text(reference.get("uid")))
+    return None
+
+
+def finished(job: Mapping) -> str | None:
+    """The condition that says the Job is finishing or finished, if one does."""
+    conditions = _mapping(job.get("status")).get("conditions")
+    for condition in conditions if isinstance(conditions, list) else ():
+        condition = _mapping(condition)
+        if condition.get("type") in FINISHED_CONDITIONS and condition.get("status") == "True":
+            return condition["type"]
+    return None
+
+
+# How the Job controller reports a Pod it could not create (pkg/controller/controller_utils.go,
+# RealPodControl.createPods: Eventf(..., FailedCreatePodReason, "Error creating: %v", err)) and how
+# the apiserver words a webhook's denial (apiserver/pkg/admission/plugin/webhook/errors,
+# ToStatusErr: `admission webhook "<name>" denied the request: <message>`).
+_FAILED_CREATE = 'Error creating: admission webhook "'
+_DENIED = '" denied the request: '
+
+
+def webhook_denial(event: Mapping, webhooks: frozenset[str]) -> str | None:
+    """The denial text when `event` is a Job's FailedCreate carrying one of `webhooks`' denials."""
+    if event.get("reason") != "FailedCreate" or _mapping(event.get("involvedObject")).get("kind") != "Job":
+        return None
+    message = _text(event.get("message"))
+    if not message.startswith(_FAILED_CREATE):
+        return None
+    name, separator, denial = message[len(_FAILED_CREATE):].partition(_DENIED)
+    return denial if separator and name in webhooks else None

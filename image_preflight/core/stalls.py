@@ -1,0 +1,132 @@
+"""Which Pods have waited for an unobtainable image longer than the grace, and which Jobs a webhook
+denied a Pod: the watchdog's memory, with time passed in (no clock is read here).
+
+A Pod is remembered from the first status that shows a container stuck (see pull_failures) until
+it recovers, settles or goes; it is due once it has been stuck for `grace` seconds without a
+break. A Job's FailedCreate carrying a webhook's denial is due at once: the denial is the decision
+the next attempt would get too. Each subject is handed out once; a failed action is put back.
+Only the opted-in namespaces are handed out, so a namespace labelled later gets its stuck Pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from image_preflight.core.pull_failures import Owner, Stuck, controller_of, stuck_containers, webhook_denial
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    key: str  # "pod/<uid>" or "job/<uid>"
+    namespace: str
+    kind: str  # of the subject: "Pod" or "Job"
+    name: str
+    uid: str
+    owner: Owner | None  # the Job to fail; for a denial the Job itself
+    node: str  # "" for a denial (no Pod) or an unscheduled Pod
+    stuck: Stuck | None  # the first stuck container (a Pod)
+    denial: str | None  # the webhook's words (a Job)
+    since: float
+
+
+def _metadata(obj: Mapping) -> Mapping:
+    metadata = obj.get("metadata")
+    return metadata if isinstance(metadata, Mapping) else {}
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def pod_stall(pod: Mapping, now: float, *, include_always: bool) -> Stall | None:
+    stuck = stuck_containers(pod, include_always=include_always)
+    metadata = _metadata(pod)
+    uid = _str(metadata.get("uid"))
+    if not stuck or not uid:
+        return None
+    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
+    return Stall(f"pod/{uid}", _str(metadata.get("namespace")), "Pod", _str(metadata.get("name")), uid,
+                 controller_of(pod), _str(spec.get("nodeName")), stuck[0], None, now)
+
+
+def denial_stall(event: Mapping, now: float, webhooks: frozenset[str]) -> Stall | None:
+    denial = webhook_denial(event, webhooks)
+    job = event.get("involvedObject")
+    if denial is None or not isinstance(job, Mapping) or not _str(job.get("uid")):
+        return None
+    uid = job["uid"]
+    owner = Owner(_str(job.get("apiVersion")) or "batch/v1", "Job", _str(job.get("name")), uid)
+    return Stall(f"job/{uid}", _str(job.get("namespace")) or _str(_metadata(event).get("namespace")), "Job",
+                 owner.name, uid, owner, "", None, denial, now)
+
+
+def event_key(event: Mapping) -> str:
+    job = event.get("involvedObject")
+    return f"job/{_str(job.get('uid'))}" if isinstance(job, Mapping) else ""
+
+
+class Stalls:
+    def __init__(self, grace: float, *, include_always: bool = False,
+                 webhooks: frozenset[str] = frozenset()) -> None:
+        self.grace = grace
+        self.include_always = include_always
+        self.webhooks = webhooks
+        self._pending: dict[str, tuple[Stall, float]] = {}  # key -> (stall, due)
+        self._handed: set[str] = set()  # keys handed out, until their subject goes
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    # -- what the watches report ---------------------------------------------------------------
+
+    def see_pod(self, pod: Mapping, now: float) -> None:
+        key = f"pod/{_str(_metadata(pod).get('uid'))}"
+        stall = pod_stall(pod, now, include_always=self.include_always)
+        if stall is None:
+            self._pending.pop(key, None)  # recovered within the grace, or settled
+        elif key not in self._handed:
+            earlier = self._pending.get(key)
+            # Stuck without a break since the first sighting: keep that time, take the newer words.
+            since = earlier[0].since if earlier else now
+            self._pending[key] = (replace(stall, since=since), earlier[1] if earlier else since + self.grace)
+
+    def forget_pod(self, pod: Mapping) -> None:
+        self.forget(f"pod/{_str(_metadata(pod).get('uid'))}")
+
+    def see_event(self, event: Mapping, now: float) -> None:
+        stall = denial_stall(event, now, self.webhooks)
+        if stall is not None and stall.key not in self._handed and stall.key not in self._pending:
+            self._pending[stall.key] = (stall, now)
+
+    def forget_event(self, event: Mapping) -> None:
+        self.forget(event_key(event))
+
+    def forget(self, key: str) -> None:
+        self._pending.pop(key, None)
+        self._handed.discard(key)
+
+    def replace(self, prefix: str, keys: Iterable[str]) -> None:
+        """After a relist of one kind ("pod/" or "job/"): forget what the list no longer has."""
+        present = set(keys)
+        for key in [k for k in (*self._pending, *self._handed) if k.startswith(prefix) and k not in present]:
+            self.forget(key)
+
+    # -- what is due ---------------------------------------------------------------------------
+
+    def take_due(self, now: float, namespaces: frozenset[str] | set[str]) -> list[Stall]:
+        due = [stall for stall, at in self._pending.values() if at <= now and stall.namespace in namespaces]
+        for stall in due:
+            del self._pending[stall.key]
+            self._handed.add(stall.key)
+        return sorted(due, key=lambda stall: stall.since)
+
+    def retry(self, stall: Stall, at: float) -> None:
+        """An action that failed (the API unreachable): hand the stall out again at `at`."""
+        if stall.key in self._handed:
+            self._handed.discard(stall.key)
+            self._pending[stall.key] = (stall, at)
+
+    def next_due(self, namespaces: frozenset[str] | set[str]) -> float | None:
+        return min((at for stall, at in self._pending.values() if stall.namespace in namespaces), default=None)
+

@@ -1,0 +1,276 @@
+"""The watchdog's pure core: which containers are stuck (core/pull_failures), when a stall is due
+(core/stalls), and what is written to the Job (core/job_failure)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from image_preflight.core import job_failure
+from image_preflight.core.pull_failures import Owner, controller_of, finished, stuck_containers, webhook_denial
+from image_preflight.core.stalls import Stalls
+
+NS = "rollouts"
+JOB_OWNER = {"apiVersion": "batch/v1", "kind": "Job", "name": "agl-rollout-1", "uid": "job-uid", "controller": True,
+             "blockOwnerDeletion": True}
+
+
+def pod(*, reason: str | None = "ErrImageNeverPull", image: str = "swe/task:openai", policy: str | None = "IfNotPresent",
+        uid: str = "pod-uid", namespace: str = NS, owner: dict | None = JOB_OWNER, init: bool = False,
+        **metadata) -> dict:
+    container = {"name": "agent", "image": image, **({"imagePullPolicy": policy} if policy else {})}
+    state = {"waiting": {"reason": reason, "message": f"kubelet says {reason}"}} if reason else {"running": {}}
+    status = {"name": "agent", "image": image, "state": state}
+    key = "initContainerStatuses" if init else "containerStatuses"
+    return {
+        "metadata": {"name": "agl-rollout-1-abcde", "namespace": namespace, "uid": uid,
+                     "ownerReferences": [owner] if owner else [], **metadata},
+        "spec": {"nodeName": "cpu-a", ("initContainers" if init else "containers"): [container],
+                 **({"containers": [{"name": "main", "image": "x:1"}]} if init else {})},
+        "status": {"phase": "Pending", key: [status]},
+    }
+
+
+# --- which containers are stuck (pkg/kubelet/images/types.go reasons) ------------------------------
+
+@pytest.mark.parametrize("reason,policy,stuck", [
+    ("ErrImageNeverPull", "Never", True),
+    ("InvalidImageName", "Always", True),  # can never parse, whatever the policy
+    ("ErrImagePull", "IfNotPresent", True),
+    ("ImagePullBackOff", "IfNotPresent", True),
+    ("ErrImagePull", "Always", False),  # a registry's image: left alone by default
+    ("ImagePullBackOff", "Always", False),
+    ("ContainerCreating", "IfNotPresent", False),
+    ("CrashLoopBackOff", "IfNotPresent", False),
+    (None, "IfNotPresent", False),
+])
+def test_stuck_containers_follow_the_kubelet_reason_and_the_pull_policy(reason, policy, stuck):
+    assert bool(stuck_containers(pod(reason=reason, policy=policy))) is stuck
+
+
+def test_always_images_are_included_when_asked():
+    (found,) = stuck_containers(pod(reason="ImagePullBackOff", policy="Always"), include_always=True)
+    assert found.pull_policy == "Always"
+
+
+def test_an_undeclared_policy_is_defaulted_as_the_apiserver_does():
+    # ':latest' defaults to Always (pkg/apis/core/v1/defaults.go): a failed pull is left alone.
+    assert stuck_containers(pod(reason="ErrImagePull", image="swe/task:latest", policy=None)) == ()
+    (found,) = stuck_containers(pod(reason="ErrImagePull", image="swe/task:openai", policy=None))
+    assert found.pull_policy == "IfNotPresent"
+
+
+def test_the_stuck_container_names_the_image_normalized_and_the_kubelets_words():
+    (found,) = stuck_containers(pod(image="swe/task:openai"))
+    assert (found.container, found.image, found.reference) == ("agent", "swe/task:openai", "docker.io/swe/task:openai")
+    assert (found.reason, found.message) == ("ErrImageNeverPull", "kubelet says ErrImageNeverPull")
+    (invalid,) = stuck_containers(pod(reason="InvalidImageName", image="Not A Name"))
+    assert invalid.reference == "Not A Name"
+
+
+def test_init_containers_hold_the_pod_back_too():
+    (found,) = stuck_containers(pod(init=True))
+    assert found.container == "agent"
+
+
+def test_ephemeral_containers_are_not_counted():
+    stuck = pod()
+    stuck["status"]["ephemeralContainerStatuses"] = stuck["status"].pop("containerStatuses")
+    assert stuck_containers(stuck) == ()
+
+
+@pytest.mark.parametrize("change", [
+    {"metadata": {"deletionTimestamp": "2026-11-30T00:00:00Z"}},
+    {"status": {"phase": "Failed"}},
+    {"status": {"phase": "Succeeded"}},
+])
+def test_a_pod_being_deleted_or_terminal_is_not_stuck(change):
+    stuck = pod()
+    for key, value in change.items():
+        stuck[key] = {**stuck[key], **value}
+    assert stuck_containers(stuck) == ()
+
+
+@pytest.mark.parametrize("status", [None, "x", {"containerStatuses": "x"}, {"containerStatuses": [None, 3]},
+                                    {"containerStatuses": [{"state": {"waiting": "x"}}]}])
+def test_unreadable_statuses_are_not_stuck_and_never_raise(status):
+    broken = pod()
+    broken["status"] = status
+    assert stuck_containers(broken) == ()
+
+
+def test_a_status_for_an_undeclared_container_uses_its_own_image():
+    odd = pod()
+    odd["spec"]["containers"] = "not a list"
+    (found,) = stuck_containers(odd)
+    assert found.image == "swe/task:openai" and found.pull_policy == "IfNotPresent"
+
+
+def test_the_controller_is_the_owner_reference_marked_so():
+    assert controller_of(pod()) == Owner("batch/v1", "Job", "agl-rollout-1", "job-uid")
+    assert controller_of(pod()).is_job
+    assert controller_of(pod(owner={**JOB_OWNER, "controller": False})) is None
+    assert not controller_of(pod(owner={**JOB_OWNER, "apiVersion": "apps/v1", "kind": "ReplicaSet"})).is_job
+    assert controller_of({"metadata": {"ownerReferences": "x"}}) is None
+
+
+@pytest.mark.parametrize("kind,expected", [("Failed", "Failed"), ("Complete", "Complete"),
+                                           ("FailureTarget", "FailureTarget"), ("Suspended", None)])
+def test_a_job_with_a_finishing_condition_is_finished(kind, expected):
+    job = {"status": {"conditions": [{"type": kind, "status": "True"}]}}
+    assert finished(job) == expected
+    assert finished({"status": {"conditions": [{"type": kind, "status": "False"}]}}) is None
+
+
+# --- the Job controller's FailedCreate carrying a webhook's denial ----------------------------------
+
+WEBHOOKS = frozenset({"validate.image-preflight.io"})
+
+
+def failed_create(webhook: str = "validate.image-preflight.io", *, reason: str = "FailedCreate",
+                  kind: str = "Job", uid: str = "job-uid") -> dict:
+    # pkg/controller/controller_utils.go createPods: "Error creating: %v" of the apiserver's
+    # error, apiserver/pkg/admission/plugin/webhook/errors/statuserror.go ToStatusErr.
+    return {"metadata": {"name": "agl-rollout-1.1", "namespace": NS, "uid": "event-uid"}, "reason": reason,
+            "involvedObject": {"apiVersion": "batch/v1", "kind": kind, "name": "agl-rollout-1", "namespace": NS,
+                               "uid": uid},
+            "message": f'Error creating: admission webhook "{webhook}" denied the request: invalid: image x is absent'}
+
+
+def test_a_failed_create_carrying_our_denial_is_recognised():
+    assert webhook_denial(failed_create(), WEBHOOKS) == "invalid: image x is absent"
+
+
+@pytest.mark.parametrize("event", [failed_create("other.example.com"), failed_create(reason="SuccessfulCreate"),
+                                   failed_create(kind="ReplicaSet"),
+                                   {**failed_create(), "message": "Error creating: pods is forbidden: quota"}])
+def test_other_failed_creates_are_not(event):
+    assert webhook_denial(event, WEBHOOKS) is None
+
+
+# --- when a stall is due ------------------------------------------------------------------------
+
+
+def stalls(grace: float = 15.0) -> Stalls:
+    return Stalls(grace, webhooks=WEBHOOKS)
+
+
+def test_a_pod_is_due_once_it_has_been_stuck_for_the_grace():
+    memory = stalls()
+    memory.see_pod(pod(), now=100.0)
+    memory.see_pod(pod(reason="ImagePullBackOff"), now=110.0)  # still stuck: the first sighting counts
+    assert memory.take_due(114.9, {NS}) == []
+    assert memory.next_due({NS}) == 115.0
+    (due,) = memory.take_due(115.0, {NS})
+    assert (due.since, due.stuck.reason, due.node, due.owner.name) == (100.0, "ImagePullBackOff", "cpu-a", "agl-rollout-1")
+    assert memory.take_due(200.0, {NS}) == []  # handed out once
+    memory.see_pod(pod(), now=201.0)
+    assert memory.take_due(300.0, {NS}) == []  # still the same Pod: not again
+
+
+def test_a_pod_that_recovers_within_the_grace_is_left_alone_and_a_new_wait_starts_over():
+    memory = stalls()
+    memory.see_pod(pod(), now=0.0)
+    memory.see_pod(pod(reason=None), now=5.0)
+    assert memory.take_due(100.0, {NS}) == [] and len(memory) == 0
+    memory.see_pod(pod(), now=100.0)
+    assert memory.take_due(114.0, {NS}) == []
+    assert len(memory.take_due(115.0, {NS})) == 1
+
+
+def test_only_opted_in_namespaces_are_handed_out_and_a_later_opt_in_gets_its_stuck_pods():
+    memory = stalls()
+    memory.see_pod(pod(namespace="elsewhere"), now=0.0)
+    assert memory.take_due(100.0, {NS}) == [] and memory.next_due({NS}) is None
+    assert [s.namespace for s in memory.take_due(100.0, {NS, "elsewhere"})] == ["elsewhere"]
+
+
+def test_a_failed_action_is_handed_out_again_unless_its_pod_went():
+    memory = stalls(grace=0)
+    memory.see_pod(pod(), now=0.0)
+    (due,) = memory.take_due(0.0, {NS})
+    memory.retry(due, at=5.0)
+    assert memory.take_due(4.0, {NS}) == [] and memory.take_due(5.0, {NS}) == [due]
+    memory.forget_pod(pod())
+    memory.retry(due, at=6.0)
+    assert memory.take_due(100.0, {NS}) == []
+
+
+def test_a_relist_forgets_pods_that_went_and_keeps_denials():
+    memory = stalls()
+    memory.see_pod(pod(uid="a"), now=0.0)
+    memory.see_pod(pod(uid="b"), now=0.0)
+    memory.see_event(failed_create(), now=0.0)
+    memory.replace("pod/", ["pod/b"])
+    assert sorted(s.key for s in memory.take_due(100.0, {NS})) == ["job/job-uid", "pod/b"]
+
+
+def test_a_denial_is_due_at_once_and_once_per_job():
+    memory = stalls()
+    memory.see_event(failed_create(), now=7.0)
+    memory.see_event({**failed_create(), "metadata": {"name": "another", "namespace": NS}}, now=8.0)
+    (due,) = memory.take_due(7.0, {NS})
+    assert (due.kind, due.name, due.owner.uid, due.denial) == ("Job", "agl-rollout-1", "job-uid", "invalid: image x is absent")
+    memory.see_event(failed_create(), now=9.0)
+    assert memory.take_due(100.0, {NS}) == []
+
+
+# --- what is written to the Job ------------------------------------------------------------------
+
+
+def job(**changes) -> dict:
+    base = {"metadata": {"name": "agl-rollout-1", "namespace": NS, "uid": "job-uid", "resourceVersion": "42",
+                         "annotations": {}},
+            "spec": {"backoffLimit": 0}, "status": {"startTime": "2026-11-30T00:00:00Z", "active": 1}}
+    for key, value in changes.items():
+        base[key] = {**base[key], **value}
+    return base
+
+
+def due_pod():
+    memory = stalls(grace=0)
+    memory.see_pod(pod(), now=0.0)
+    return memory.take_due(0.0, {NS})[0]
+
+
+@pytest.mark.parametrize("mode", job_failure.MODES)
+def test_a_running_job_is_acted_on_with_a_patch_conditional_on_its_version(mode):
+    assert job_failure.skip_reason(job(), "job-uid", mode) is None
+    content = job_failure.record(due_pod(), job_failure.FAILED, at="t", waited_s=15.0)
+    patch = job_failure.job_patch(job(), mode, content)
+    assert patch["metadata"]["resourceVersion"] == "42"
+    assert json.loads(patch["metadata"]["annotations"][job_failure.ANNOTATION]) == content
+    assert ("spec" in patch) is (mode == job_failure.ENFORCE)
+    if mode == job_failure.ENFORCE:
+        assert patch["spec"] == {"activeDeadlineSeconds": 0}
+
+
+@pytest.mark.parametrize("changes,mode,reason", [
+    ({"metadata": {"uid": "another"}}, "enforce", "replaced"),
+    ({"status": {"conditions": [{"type": "FailureTarget", "status": "True"}]}}, "enforce", "finished"),
+    ({"spec": {"suspend": True}}, "enforce", "suspended"),
+    ({"metadata": {"annotations": {job_failure.ANNOTATION: '{"action": "failed"}'}}}, "enforce", "already"),
+    ({"metadata": {"annotations": {job_failure.ANNOTATION: '{"action": "audited"}'}}}, "audit", "already"),
+    ({"metadata": {"annotations": {job_failure.ANNOTATION: '{"action": "audited"}'}}}, "enforce", None),
+    ({"metadata": {"annotations": {job_failure.ANNOTATION: "not json"}}}, "enforce", None),
+])
+def test_a_job_is_left_alone_when_replaced_finished_suspended_or_already_handled(changes, mode, reason):
+    merged = job()
+    for key, value in changes.items():
+        merged[key] = {**merged[key], **value}
+    assert job_failure.skip_reason(merged, "job-uid", mode) == reason
+
+
+def test_the_event_names_image_node_and_reason_and_its_name_is_the_same_for_every_writer():
+    stall = due_pod()
+    message = job_failure.job_message(stall, job_failure.FAILED)
+    assert "ErrImageNeverPull" in message and "cpu-a" in message and "docker.io/swe/task:openai" in message
+    first, second = (job_failure.event(stall, kind="Job", name="agl-rollout-1", uid="job-uid", api_version="batch/v1",
+                                       action=job_failure.FAILED, message=message, at="t", instance=i)
+                     for i in ("a", "b"))
+    assert first["metadata"]["name"] == second["metadata"]["name"]
+    long = job_failure.event(stall, kind="Pod", name="p" * 253, uid="u", api_version="v1",
+                             action=job_failure.EVENT_ONLY, message="m" * 5000, at="t", instance="i" * 300)
+    assert len(long["metadata"]["name"]) <= 253 and len(long["message"]) <= job_failure.MAX_EVENT_MESSAGE
+    assert len(long["reportingInstance"]) <= 128

@@ -1,0 +1,1 @@
+"""`image-preflight watchdog`: fail a Job whose Pod cannot get its node-local image."""

@@ -1,0 +1,102 @@
+"""The watchdog's writes: read the Job, patch it, record the Event. What to write is decided in
+image_preflight.core.job_failure; this module only talks to the apiserver."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+
+import kubernetes.client
+from kubernetes.client.exceptions import ApiException
+
+from image_preflight.core import job_failure
+from image_preflight.core.job_failure import AUDIT, AUDITED, EVENT_ONLY, FAILED
+from image_preflight.core.stalls import Stall
+from image_preflight.kube.watch import describe_error
+
+_REQUEST_TIMEOUT = (10.0, 30.0)
+_CONFLICT_ATTEMPTS = 5  # a Job changes between our read and our patch only while its controller acts
+
+
+@dataclass(frozen=True)
+class Outcome:
+    action: str  # FAILED, AUDITED, EVENT_ONLY, or "skipped"
+    detail: str  # why skipped, or "" ; for a written Event that failed, what went wrong
+    record: dict
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Actions:
+    def __init__(self, api: kubernetes.client.ApiClient, *, mode: str, instance: str) -> None:
+        self._batch = kubernetes.client.BatchV1Api(api)
+        self._core = kubernetes.client.CoreV1Api(api)
+        self.mode = mode
+        self.instance = instance
+
+    def handle(self, stall: Stall, waited_s: float) -> Outcome:
+        """Act on one stall. ApiExceptions other than those answered here (and connection errors)
+        propagate: the caller retries later."""
+        owner = stall.owner
+        if owner is None or not owner.is_job:
+            return self._pod_event(stall, waited_s)
+        action = AUDITED if self.mode == AUDIT else FAILED
+        for _ in range(_CONFLICT_ATTEMPTS):
+            try:
+                job = self._read_job(owner.name, stall.namespace)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return Outcome("skipped", "gone", job_failure.record(stall, "skipped", at=_now(), waited_s=waited_s))
+                raise
+            at = _now()
+            content = job_failure.record(stall, action, at=at, waited_s=waited_s)
+            reason = job_failure.skip_reason(job, owner.uid, self.mode)
+            if reason is not None:
+                return Outcome("skipped", reason, {**content, "action": "skipped"})
+            try:
+                self._batch.patch_namespaced_job(owner.name, stall.namespace,
+                                                 job_failure.job_patch(job, self.mode, content),
+                                                 _request_timeout=_REQUEST_TIMEOUT)
+            except ApiException as exc:
+                if exc.status == 409:
+                    continue  # changed since read (maybe by another watchdog): read it again
+                if exc.status == 404:
+                    return Outcome("skipped", "gone", {**content, "action": "skipped"})
+                raise
+            problem = self._event(job_failure.event(
+                stall, kind="Job", name=owner.name, uid=owner.uid, api_version=owner.api_version, action=action,
+                message=job_failure.job_message(stall, action), at=at, instance=self.instance))
+            return Outcome(action, problem, content)
+        return Outcome("skipped", "conflicts", job_failure.record(stall, "skipped", at=_now(), waited_s=waited_s))
+
+    def _read_job(self, name: str, namespace: str) -> dict:
+        response = self._batch.read_namespaced_job(name, namespace, _preload_content=False,
+                                                   _request_timeout=_REQUEST_TIMEOUT)
+        try:
+            return json.loads(response.data)
+        finally:
+            response.release_conn()
+
+    def _pod_event(self, stall: Stall, waited_s: float) -> Outcome:
+        at = _now()
+        content = job_failure.record(stall, EVENT_ONLY, at=at, waited_s=waited_s)
+        problem = self._event(job_failure.event(
+            stall, kind=stall.kind, name=stall.name, uid=stall.uid, api_version="v1", action=EVENT_ONLY,
+            message=job_failure.pod_message(stall), at=at, instance=self.instance))
+        return Outcome(EVENT_ONLY, problem, content)
+
+    def _event(self, body: dict) -> str:
+        """Create the Event; "" when written (or already written by another watchdog), else why not.
+        The annotation is the record that counts, so a lost Event does not undo the action."""
+        try:
+            self._core.create_namespaced_event(body["metadata"]["namespace"], body, _request_timeout=_REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if exc.status == 409:
+                return ""
+            return f"event not recorded: {describe_error(exc)}"
+        except Exception as exc:  # noqa: BLE001 - a connection error: the Job is already handled
+            return f"event not recorded: {describe_error(exc)}"
+        return ""
