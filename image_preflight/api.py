@@ -42,7 +42,8 @@ def decide(workload_or_pod_spec: Mapping, inventory: Inventory, *, require: str 
     """The webhook's verdict on a workload (a Job, Pod, CronJob, Deployment, ... as the API serves
     it) or a bare pod spec: can its IfNotPresent/Never images be found where its pods may land?
 
-    `require` is "all" (every eligible node must hold them) or "any". Leases of the node agents'
+    `require` is "all" (every eligible node must hold them), "any" (each image on some eligible
+    node) or "one-node" (one eligible node holds them all: what `serve --steer` asks of a Job). Leases of the node agents'
     lists are judged at `now` (default: the current time). Raises WorkloadError,
     SchedulingSpecError (ValueErrors) when the object cannot be read.
     """

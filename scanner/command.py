@@ -19,7 +19,7 @@ from image_preflight.files.inventory import load_inventory_file
 from image_preflight.scanner.judge import RowJudge, make_template
 from image_preflight.scanner.render import TemplateError
 from image_preflight.scanner.scan import scan
-from image_preflight.core.decision import REQUIRE_ALL, REQUIRE_ANY
+from image_preflight.core.decision import REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE
 from image_preflight.core.inventory import DEFAULT_MAX_IMAGES
 from image_preflight.core.snapshots import SnapshotError, load_document
 from image_preflight.image_set import compact_inventory
@@ -46,6 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--missing-images", type=Path, metavar="FILE", help="write the distinct missing images")
     parser.add_argument("--require", choices=(REQUIRE_ALL, REQUIRE_ANY), default=REQUIRE_ALL,
                         help="an image must be on all eligible nodes (default) or on any one")
+    parser.add_argument("--steer", action="store_true",
+                        help="as `serve --steer` decides Jobs: keep a row when one eligible node holds all its "
+                        "images (its pods will be steered there)")
     parser.add_argument("--keep-unknown", action="store_true", help="keep rows whose images cannot be confirmed")
     parser.add_argument("--fail-on-drop", action="store_true", help="exit 1 when any row was dropped")
     parser.add_argument("--max-images", type=int, default=DEFAULT_MAX_IMAGES, metavar="N",
@@ -55,12 +58,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     now = time.time()
+    if args.steer and args.require != REQUIRE_ALL:
+        raise UsageError("--steer decides by one node holding every image: it takes no --require")
     if args.inventory and (args.kubeconfig or args.context):
         raise UsageError("--kubeconfig and --context read the cluster: give them or --inventory, not both")
     inventory = (load_inventory_file(args.inventory, max_images=args.max_images) if args.inventory
                  else _cluster_inventory(args, now))
     judge = RowJudge(
-        _template(args), inventory, require=args.require, keep_unknown=args.keep_unknown, now=now
+        _template(args), inventory, require=REQUIRE_ONE_NODE if args.steer else args.require,
+        keep_unknown=args.keep_unknown, now=now
     )
     other_inputs = [*(args.inventory or []), *([args.template] if args.template else [])]
     for option, target in (("--report", args.report), ("--missing-images", args.missing_images)):

@@ -60,7 +60,10 @@ def _kustomizations() -> dict[str, str]:
 
 
 KUSTOMIZATIONS = _kustomizations()
-COMPONENTS = sorted(d for d, kind in KUSTOMIZATIONS.items() if kind == "Component")
+# A component inside another's folder is a part of it (components/steer/from-validating), not
+# something an overlay adds alone.
+COMPONENTS = sorted(d for d, kind in KUSTOMIZATIONS.items() if kind == "Component"
+                    and not any(d.startswith(f"{other}/") for other in KUSTOMIZATIONS))
 # Components are not standalone: each is rendered on top of the base.
 TARGETS = sorted(d for d, kind in KUSTOMIZATIONS.items() if kind != "Component") + [f"base+{c}" for c in COMPONENTS]
 
@@ -528,6 +531,47 @@ def test_failure_policy_fail_component_changes_only_the_policy(render):
     if target not in TARGETS:
         pytest.fail("deploy/components/failure-policy-fail is missing")
     assert _differences_from_base(render, target) == {"failurePolicy": "Fail"}
+
+
+def test_steer_component_sends_pod_creates_to_mutate_like_the_validating_webhook(render):
+    target = "base+components/steer"
+    if target not in TARGETS:
+        pytest.fail("deploy/components/steer is missing")
+    documents = _docs(render, target)
+    assert _differences_from_base(render, target) == {}  # the validating webhook is unchanged
+    (hook,) = _one(documents, "MutatingWebhookConfiguration", "image-preflight")["webhooks"]
+    validating = _webhook(documents)
+    assert hook["clientConfig"] == {**validating["clientConfig"],
+                                    "service": {**validating["clientConfig"]["service"], "path": "/mutate"}}
+    assert hook["namespaceSelector"] == validating["namespaceSelector"]
+    assert (hook["failurePolicy"], hook["sideEffects"], hook["reinvocationPolicy"]) == ("Ignore", "None", "IfNeeded")
+    assert hook["timeoutSeconds"] <= 3
+    assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                              "operations": ["CREATE"], "scope": "Namespaced"}]
+    args = build_parser()[0].parse_args(["serve", *_pod_spec(documents)["containers"][0]["args"]])
+    assert args.steer
+    base_roles = [d for d in _docs(render, "base") if d["kind"] in ("ClusterRole", "Role")]
+    assert [d for d in documents if d["kind"] in ("ClusterRole", "Role")] == base_roles  # RBAC unchanged
+
+
+def test_watchdog_component_runs_the_watchdog_on_the_webhooks_namespaces(render):
+    target = "base+components/watchdog"
+    if target not in TARGETS:
+        pytest.fail("deploy/components/watchdog is missing")
+    documents = _docs(render, target)
+    deployment = _one(documents, "Deployment", "image-preflight-watchdog")
+    spec = deployment["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    args = build_parser()[0].parse_args([*container["command"][1:], *container["args"]])
+    assert args.command == "watchdog" and args.mode == "enforce"
+    # The watchdog's namespaces are the webhook's: its label selector is the namespaceSelector's label.
+    key, value = args.namespace_selector.split("=")
+    assert {"key": key, "operator": "In", "values": [value]} in _webhook(documents)["namespaceSelector"]["matchExpressions"]
+    assert deployment["spec"]["replicas"] == 2
+    binding = _one(documents, "ClusterRoleBinding", "image-preflight-watchdog")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": spec["serviceAccountName"],
+                                    "namespace": deployment["metadata"]["namespace"]}]
+    assert container["securityContext"] == _pod_spec(documents)["containers"][0]["securityContext"]
 
 
 # --- the walkthrough's example and document ---------------------------------------------------

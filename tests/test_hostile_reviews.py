@@ -4,6 +4,7 @@ rules for an AdmissionReview response."""
 
 from __future__ import annotations
 
+import base64
 import copy
 import http.client
 import json
@@ -14,7 +15,7 @@ import time
 import pytest
 
 from tests.test_admission import pod_spec, review, workload
-from tests.test_webhook_server import EXAMPLE_NODES, HOST, Webhook, start_webhook  # noqa: F401 - fixture
+from tests.test_webhook_server import EXAMPLE_NODES, HOST, Webhook, three_nodes, start_webhook  # noqa: F401 - fixture
 from image_preflight.core.decision import MISSING, Decision, ImageVerdict
 from image_preflight.core.messages import MAX_MESSAGE, denial_message
 from image_preflight.core.workloads import ContainerImage
@@ -30,10 +31,10 @@ def webhook(start_webhook, caplog) -> Webhook:  # noqa: F811 - fixture
     return start_webhook("--inventory", str(EXAMPLE_NODES))
 
 
-def _post(webhook: Webhook, body: bytes, connection: http.client.HTTPConnection | None = None
-          ) -> tuple[int, bytes, http.client.HTTPConnection]:
+def _post(webhook: Webhook, body: bytes, connection: http.client.HTTPConnection | None = None,
+          path: str = "/validate") -> tuple[int, bytes, http.client.HTTPConnection]:
     connection = connection or webhook.connect()
-    connection.request("POST", "/validate?timeout=10s", body=body,
+    connection.request("POST", f"{path}?timeout=10s", body=body,
                        headers={"Host": f"{HOST}:{webhook.port}", "Content-Type": "application/json"})
     reply = connection.getresponse()
     return reply.status, reply.read(), connection
@@ -228,23 +229,22 @@ def _mutate(rng: random.Random, base: dict) -> bytes:
     return text
 
 
-def test_fuzzed_reviews_never_get_a_5xx_an_internal_error_or_an_answer_the_apiserver_would_refuse(webhook, caplog):
+def _fuzz(webhook: Webhook, bases: list[dict], path: str, rounds: int) -> list[dict]:
+    """Post `rounds` mutated bases; check each answer as the apiserver would; the responses."""
     rng = random.Random(20261130)
-    bases = _bases()
     connection = None
-    answered = refused = 0
-    for _ in range(3000):
+    responses, refused = [], 0
+    for _ in range(rounds):
         body = _mutate(rng, rng.choice(bases))
         try:
-            status, data, connection = _post(webhook, body, connection)
+            status, data, connection = _post(webhook, body, connection, path)
         except (http.client.HTTPException, OSError):
             connection = None  # the server closed a connection after a 4xx: open another
-            status, data, connection = _post(webhook, body, None)
+            status, data, connection = _post(webhook, body, None, path)
         assert status < 500, body[:300]
         if status != 200:
             refused += 1
             continue
-        answered += 1
         sent = json.loads(body)
         reply = json.loads(data)
         assert (reply["apiVersion"], reply["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
@@ -256,6 +256,24 @@ def test_fuzzed_reviews_never_get_a_5xx_an_internal_error_or_an_answer_the_apise
         warnings = response.get("warnings", [])
         assert all(len(w) <= 256 for w in warnings) and len("".join(warnings).encode()) <= 4096
         assert not any("internal error" in w for w in warnings), (warnings, body[:300])
+        responses.append(response)
     connection.close()
-    assert answered > 1000 and refused > 100  # both kinds of body were really sent
+    assert len(responses) > rounds // 3 and refused > rounds // 30  # both kinds of body were really sent
+    return responses
+
+
+def test_fuzzed_reviews_never_get_a_5xx_an_internal_error_or_an_answer_the_apiserver_would_refuse(webhook, caplog):
+    _fuzz(webhook, _bases(), "/validate", 3000)
+    _no_internal_errors(caplog)
+
+
+def test_fuzzed_pods_at_mutate_always_get_an_allowed_answer_and_patches_of_adds(start_webhook, caplog, tmp_path):
+    caplog.set_level(logging.WARNING, logger="image_preflight")
+    webhook = start_webhook("--inventory", str(three_nodes(tmp_path / "nodes.json", HELD, ("b",))), "--steer")
+    bases = [b for b in _bases() if b["request"]["kind"]["kind"] == "Pod"] + [review(workload("Pod", pod_spec(HELD)))]
+    responses = _fuzz(webhook, bases, "/mutate", 1500)
+    assert all(r["allowed"] is True for r in responses)
+    patches = [json.loads(base64.b64decode(r["patch"])) for r in responses if "patch" in r]
+    assert patches and all(r["patchType"] == "JSONPatch" for r in responses if "patch" in r)
+    assert all(op["op"] == "add" and op["path"].startswith(("/spec/", "/metadata/")) for ops in patches for op in ops)
     _no_internal_errors(caplog)

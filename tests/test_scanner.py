@@ -358,11 +358,13 @@ def test_image_shortcut_drops_like_the_template(work):
 # --- inventories and placement --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("require", "kept"), [("all", 1), ("any", 2)])
-def test_require_all_or_any_node(work, require, kept):
+@pytest.mark.parametrize(("require", "kept"), [("all", 1), ("any", 2), ("steer", 2)])
+def test_require_all_or_any_node_or_steer(work, require, kept):
+    """--steer keeps a row when one eligible node holds its images, as `serve --steer` admits its Job."""
     write_nodes(work / "two.json", node("n1", ["shared:openai", "only-n1:openai"]), node("n2", ["shared:openai"]))
     write_jsonl(work / "train.jsonl", rows_of("shared", "only-n1", "nowhere"))
-    code = main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "two.json", "--require", require,
+    choice = ["--steer"] if require == "steer" else ["--require", require]
+    code = main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "two.json", *choice,
                  "--report", "report.json"])
     assert code == 0
     report = json.loads((work / "report.json").read_text())
@@ -373,6 +375,14 @@ def test_require_all_or_any_node(work, require, kept):
         assert by_row[1]["reason"] == "missing" and by_row[1]["nodes"] == ["n2"]
     else:
         assert 1 not in by_row
+
+
+def test_steer_takes_no_require(work, capsys):
+    write_nodes(work / "two.json", node("n1", ["shared:openai"]))
+    write_jsonl(work / "train.jsonl", rows_of("shared"))
+    assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "two.json", "--steer",
+                 "--require", "any"]) == 2
+    assert "--steer" in one_line_error(capsys)
 
 
 def test_truncated_node_list_is_unknown_unless_kept(work):

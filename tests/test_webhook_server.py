@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime as dt
 import http.client
 import json
@@ -531,3 +532,34 @@ def test_the_inventory_file_is_read_again_when_it_changes(start_webhook, tmp_pat
     wait_until(lambda: webhook.post(missing_job_review())[1]["response"]["allowed"],
                "the rewritten snapshot is read")
     assert "image_preflight_inventory_images 12.0" in webhook.metrics()
+
+
+# --- steering: POST /mutate on the same server ----------------------------------------------------
+
+
+def three_nodes(path: Path, image: str, holders: tuple[str, ...]) -> Path:
+    nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+              "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}],
+                                     "images": [{"names": ["docker.io/" + image] if name in holders else ["x:1"],
+                                                 "sizeBytes": 1}]}}
+             for name in ("a", "b", "c")]
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
+    return path
+
+
+def test_with_steer_mutate_answers_a_pod_with_a_patch_and_validate_admits_its_job(start_webhook, tmp_path):
+    image = "swe/steered:openai"
+    webhook = start_webhook("--inventory", str(three_nodes(tmp_path / "nodes.json", image, ("b",))), "--steer")
+    status, reply = webhook.post(review(workload("Pod", pod_spec(image))), path="/mutate?timeout=2s")
+    assert status == 200 and reply["response"]["allowed"] is True and reply["response"]["patchType"] == "JSONPatch"
+    operations = json.loads(base64.b64decode(reply["response"]["patch"]))
+    assert operations[0]["path"] == "/spec/affinity" and operations[0]["value"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b"]}]}]}
+    status, reply = webhook.post(review(workload("Job", pod_spec(image))))
+    assert status == 200 and reply["response"]["allowed"] is True  # one eligible node holds it
+    assert 'decision="steered"' in webhook.metrics()
+
+
+def test_without_steer_there_is_no_mutate(example_webhook):
+    status, _ = example_webhook.post(review(workload("Pod", pod_spec(ABSENT))), path="/mutate?timeout=2s")
+    assert status == 404

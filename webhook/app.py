@@ -1,4 +1,5 @@
-"""The HTTPS face: POST /validate for the apiserver, /healthz and /readyz for the kubelet."""
+"""The HTTPS face: POST /validate (and /mutate with steering) for the apiserver, /healthz and /readyz
+for the kubelet."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from starlette.routing import Route
 
 from image_preflight.core.admission import BadReview, Outcome, Settings, admit, parse_review
 from image_preflight.core.inventory import Inventory
+from image_preflight.core.mutation import steer
 from image_preflight.webhook.metrics import Metrics
 
 MAX_BODY = 8 * 1024 * 1024
@@ -51,12 +53,13 @@ def parse_timeout(value: str | None) -> float:
 
 
 class AdmissionEndpoint:
-    """POST /validate as a plain ASGI app: the apiserver calls it for every Job and Pod, so it
-    skips the framework's request objects (a third of the time of an answer) and does only
-    what the contract needs."""
+    """POST /validate (or /mutate) as a plain ASGI app: the apiserver calls it for every Job and
+    Pod, so it skips the framework's request objects (a third of the time of an answer) and does
+    only what the contract needs. `answer` is core.admission.admit or core.mutation.steer."""
 
-    def __init__(self, state: WebhookState) -> None:
+    def __init__(self, state: WebhookState, answer: Callable[..., Outcome] = admit) -> None:
         self.state = state
+        self.answer = answer
 
     async def __call__(self, scope, receive, send) -> None:
         started = time.perf_counter()
@@ -86,7 +89,7 @@ class AdmissionEndpoint:
         except BadReview as exc:
             return await _reply(send, 400, _error(str(exc)))
         try:
-            outcome = admit(review, self.state.inventory(), self.state.settings, now=time.time())
+            outcome = self.answer(review, self.state.inventory(), self.state.settings, now=time.time())
         except Exception as exc:  # never a 500: the apiserver would apply failurePolicy blindly
             log.exception("decision failed for uid %s", review["request"]["uid"])
             outcome = _internal_error(review, exc)
@@ -150,22 +153,27 @@ async def _reply(send, status: int, body: bytes, *, close: bool = False) -> None
 
 
 class _AdmissionFirst:
-    """POST /validate goes straight to the endpoint; the framework's middleware layers would
-    otherwise take as long as the decision itself. Everything else is FastAPI's."""
+    """POST to an admission path goes straight to its endpoint; the framework's middleware layers
+    would otherwise take as long as the decision itself. Everything else is FastAPI's."""
 
-    def __init__(self, endpoint: AdmissionEndpoint, app: FastAPI) -> None:
-        self.endpoint, self.fastapi = endpoint, app
+    def __init__(self, endpoints: dict[str, AdmissionEndpoint], app: FastAPI) -> None:
+        self.endpoints, self.fastapi = endpoints, app
 
     async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == "/validate":
-            return await self.endpoint(scope, receive, send)
+        if scope["type"] == "http" and scope["method"] == "POST":
+            endpoint = self.endpoints.get(scope["path"])
+            if endpoint is not None:
+                return await endpoint(scope, receive, send)
         return await self.fastapi(scope, receive, send)
 
 
 def create_app(state: WebhookState) -> _AdmissionFirst:
-    endpoint = AdmissionEndpoint(state)
+    endpoints = {"/validate": AdmissionEndpoint(state)}
+    if state.settings.steer:
+        endpoints["/mutate"] = AdmissionEndpoint(state, steer)
     app = FastAPI(title="image-preflight", docs_url=None, redoc_url=None, openapi_url=None)
-    app.router.routes.append(Route("/validate", endpoint, methods=["POST"]))
+    for path, endpoint in endpoints.items():
+        app.router.routes.append(Route(path, endpoint, methods=["POST"]))
 
     @app.get("/healthz")
     async def healthz() -> Response:
@@ -177,7 +185,7 @@ def create_app(state: WebhookState) -> _AdmissionFirst:
             return JSONResponse({"status": "ready"})
         return JSONResponse({"status": "inventory not synced or stale"}, status_code=503)
 
-    return _AdmissionFirst(endpoint, app)
+    return _AdmissionFirst(endpoints, app)
 
 
 def _internal_error(review: dict, exc: Exception) -> Outcome:

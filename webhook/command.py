@@ -14,6 +14,7 @@ from image_preflight.core.admission import MODES, Settings
 from image_preflight.webhook.app import WebhookState, create_app
 from image_preflight.core.decision import REQUIRE_ALL, REQUIRE_ANY
 from image_preflight.core.inventory import DEFAULT_MAX_IMAGES
+from image_preflight.core.steering import DEFAULT_MAX_NODES
 from image_preflight.webhook import logs
 from image_preflight.webhook.live_inventory import FileInventory, LiveInventory
 from image_preflight.webhook.metrics import Metrics
@@ -40,7 +41,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--mode", choices=MODES, default="enforce")
     parser.add_argument("--unknown", choices=("allow", "deny"), default="allow",
                         help="what an unconfirmed image does (default: allow with a warning)")
-    parser.add_argument("--require", choices=(REQUIRE_ALL, REQUIRE_ANY), default=REQUIRE_ALL)
+    parser.add_argument("--require", choices=(REQUIRE_ALL, REQUIRE_ANY), default=REQUIRE_ALL,
+                        help="for Pods, and for Jobs and other templates unless --steer (default %(default)s)")
+    parser.add_argument("--steer", action="store_true",
+                        help="serve POST /mutate, which restricts a Pod to the eligible nodes holding its images; "
+                        "Jobs and other templates then need one eligible node holding every image")
+    parser.add_argument("--steer-max-nodes", type=int, default=DEFAULT_MAX_NODES, metavar="N",
+                        help="steer only when the patch names at most N nodes (default %(default)s)")
     parser.add_argument("--max-images", type=int, default=DEFAULT_MAX_IMAGES, metavar="N",
                         help="the kubelets' nodeStatusMaxImages (-1: no cap; default %(default)s)")
     parser.add_argument("--node-selector", metavar="LABELS", help="watch only these nodes (a label selector)")
@@ -72,6 +79,8 @@ def stop_background(server: uvicorn.Server) -> None:
 def build_server(args: argparse.Namespace) -> uvicorn.Server:
     """The configured server, not yet running (`.run()` blocks; set `.should_exit` to stop, then
     call stop_background)."""
+    if args.steer_max_nodes < 1:
+        raise UsageError(f"--steer-max-nodes {args.steer_max_nodes}: must be 1 or more")
     for path in (args.tls_cert, args.tls_key):
         if not path.is_file():
             raise UsageError(f"{path}: no such file")
@@ -86,7 +95,8 @@ def build_server(args: argparse.Namespace) -> uvicorn.Server:
     state = WebhookState(
         inventory=lambda: source.current,
         ready=ready,
-        settings=Settings(mode=args.mode, unknown=args.unknown, require=args.require),
+        settings=Settings(mode=args.mode, unknown=args.unknown, require=args.require, steer=args.steer,
+                          max_steer_nodes=args.steer_max_nodes),
         metrics=metrics,
         write_decision=logs.decision_writer(),
     )

@@ -13,7 +13,8 @@ from image_preflight.core.workloads import WORKLOAD_KINDS
 # surrogate there would break every later scrape), and the series stay few.
 _KINDS = WORKLOAD_KINDS
 _OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
-DECISIONS = frozenset({"allow", "deny", "warn", "audit", "skip", "unreadable", "unknown", "no-eligible-node", "error"})
+DECISIONS = frozenset({"allow", "deny", "warn", "audit", "skip", "unreadable", "unknown", "no-eligible-node", "error",
+                       "steered", "not-steered"})
 
 
 class Metrics:

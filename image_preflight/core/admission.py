@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from image_preflight.core import messages
-from image_preflight.core.decision import ALLOW, DENY, REQUIRE_ALL, decide
+from image_preflight.core.decision import ALLOW, DENY, REQUIRE_ALL, REQUIRE_ONE_NODE, decide
 from image_preflight.core.inventory import Inventory
 from image_preflight.core.scheduling import SchedulingSpecError
+from image_preflight.core.steering import DEFAULT_MAX_NODES
 from image_preflight.core.workloads import (
     CONTAINER_FIELDS,
     SCHEDULING_FIELDS,
@@ -40,7 +42,14 @@ class BadReview(ValueError):
 class Settings:
     mode: str = ENFORCE
     unknown: str = ALLOW  # what an unknown verdict (partial/stale inventory, no eligible node) does
-    require: str = REQUIRE_ALL
+    require: str = REQUIRE_ALL  # for Pods; and for templates unless steering
+    # Steering on (`serve --steer`): Pods are restricted to the nodes holding their images at
+    # /mutate, so Jobs and other templates need only one eligible node holding every image.
+    steer: bool = False
+    max_steer_nodes: int = DEFAULT_MAX_NODES
+
+    def require_for(self, kind: str) -> str:
+        return REQUIRE_ONE_NODE if self.steer and kind != "Pod" else self.require
 
 
 @dataclass(slots=True)
@@ -56,6 +65,21 @@ class Outcome:
     uid: str = ""
     images: list[str] = field(default_factory=list)
     detail: str = ""
+
+    @classmethod
+    def of(cls, request: Mapping, obj: Mapping) -> "Outcome":
+        """Not yet decided: what the request says about itself."""
+        kind_info = request.get("kind") if isinstance(request.get("kind"), Mapping) else {}
+        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        return cls(
+            review={},
+            decision="skip",
+            kind=str(kind_info.get("kind", "")),
+            namespace=str(request.get("namespace") or metadata.get("namespace") or ""),
+            name=str(request.get("name") or metadata.get("name") or metadata.get("generateName") or ""),
+            operation=str(request.get("operation", "")),
+            uid=request["uid"],
+        )
 
     def log_record(self) -> dict:
         images = [i if len(i) <= LOGGED_CHARS else i[:LOGGED_CHARS] + "..." for i in self.images[:LOGGED_IMAGES]]
@@ -93,23 +117,15 @@ def admit(review: Mapping, inventory: Inventory, settings: Settings, *, now: flo
     request = review["request"]
     kind_info = request.get("kind") if isinstance(request.get("kind"), Mapping) else {}
     obj = request.get("object") if isinstance(request.get("object"), Mapping) else {}
-    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
-    outcome = Outcome(
-        review={},
-        decision="skip",
-        kind=str(kind_info.get("kind", "")),
-        namespace=str(request.get("namespace") or metadata.get("namespace") or ""),
-        name=str(request.get("name") or metadata.get("name") or metadata.get("generateName") or ""),
-        operation=str(request.get("operation", "")),
-        uid=request["uid"],
-    )
+    outcome = Outcome.of(request, obj)
     if not _in_scope(request, kind_info, obj):
-        return _reply(outcome, review, allowed=True)
+        return reply(outcome, review, allowed=True)
     try:
-        decision = decide(pod_spec_of(obj), inventory, require=settings.require, now=now, kind=outcome.kind)
+        decision = decide(pod_spec_of(obj), inventory, require=settings.require_for(outcome.kind), now=now,
+                          kind=outcome.kind)
     except (WorkloadError, SchedulingSpecError) as exc:
         outcome.decision, outcome.detail = "unreadable", str(exc)
-        return _reply(outcome, review, allowed=True, warnings=[f"image-preflight could not read the object: {exc}"])
+        return reply(outcome, review, allowed=True, warnings=[f"image-preflight could not read the object: {exc}"])
     outcome.images = [v.image.image for v in decision.verdicts]
     warnings = messages.not_checked_warnings(decision)
     denied = decision.outcome == DENY or (decision.outcome not in (ALLOW, DENY) and settings.unknown == "deny")
@@ -117,7 +133,7 @@ def admit(review: Mapping, inventory: Inventory, settings: Settings, *, now: flo
         warnings = messages.unknown_warnings(decision) + warnings
     outcome.decision = decision.outcome
     if not denied:
-        return _reply(outcome, review, allowed=True, warnings=warnings)
+        return reply(outcome, review, allowed=True, warnings=warnings)
     if decision.outcome == DENY:
         message = messages.denial_message(decision)
     else:
@@ -125,12 +141,12 @@ def admit(review: Mapping, inventory: Inventory, settings: Settings, *, now: flo
     outcome.detail = message  # the log line says what enforce mode denies, in every mode
     if settings.mode == AUDIT:
         outcome.decision = AUDIT
-        return _reply(outcome, review, allowed=True, warnings=warnings)
+        return reply(outcome, review, allowed=True, warnings=warnings)
     if settings.mode == WARN:
         outcome.decision = WARN
-        return _reply(outcome, review, allowed=True, warnings=messages.missing_warnings(decision) + warnings)
+        return reply(outcome, review, allowed=True, warnings=messages.missing_warnings(decision) + warnings)
     outcome.decision = DENY
-    return _reply(outcome, review, allowed=False, message=message, warnings=warnings)
+    return reply(outcome, review, allowed=False, message=message, warnings=warnings)
 
 
 def _in_scope(request: Mapping, kind_info: Mapping, obj: Mapping) -> bool:
@@ -189,14 +205,19 @@ def _canonical(value: object) -> str:
         return repr(value)
 
 
-def _reply(
-    outcome: Outcome, review: Mapping, *, allowed: bool, message: str = "", warnings: list[str] | None = None
+def reply(
+    outcome: Outcome, review: Mapping, *, allowed: bool, message: str = "", warnings: list[str] | None = None,
+    patch: str | None = None,
 ) -> Outcome:
+    """Complete `outcome` with the AdmissionReview answering `review`; `patch` a JSONPatch as JSON."""
     response: dict = {"uid": outcome.uid, "allowed": allowed}
     if not allowed:
         response["status"] = {"code": 422, "reason": "Invalid", "message": message}
     if warnings:
         response["warnings"] = messages.limit_warnings(warnings)
+    if patch:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(patch.encode()).decode("ascii")
     outcome.review = {"apiVersion": review["apiVersion"], "kind": review["kind"], "response": response}
     return outcome
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from image_preflight.core import decision_cache
 from image_preflight.core.images import InvalidReference
@@ -17,7 +17,12 @@ from image_preflight.core.workloads import ContainerImage, container_images
 PRESENT, MISSING, UNKNOWN, NOT_CHECKED, INVALID = "present", "missing", "unknown", "not-checked", "invalid"
 # Outcomes.
 ALLOW, DENY, NO_ELIGIBLE_NODE = "allow", "deny", "no-eligible-node"  # and UNKNOWN
-REQUIRE_ALL, REQUIRE_ANY = "all", "any"
+# all: every eligible node holds every image (where the pod lands is the scheduler's choice).
+# any: each image is held by some eligible node.
+# one-node: some eligible node holds every image: what steering (core/steering.py) can make true,
+#   so `serve --steer` decides Jobs and other templates by it, and `scan --steer` rows.
+REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE = "all", "any", "one-node"
+REQUIREMENTS = (REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,10 +142,13 @@ def decide_images(
     require: str = REQUIRE_ALL,
     now: float | None = None,
 ) -> Decision:
-    if require not in (REQUIRE_ALL, REQUIRE_ANY):
-        raise ValueError(f"require: {require!r} is neither 'all' nor 'any'")
+    if require not in REQUIREMENTS:
+        raise ValueError(f"require: {require!r} is not one of {', '.join(REQUIREMENTS)}")
     nodes, reasons = eligible_nodes(placement, inventory)
-    verdicts = tuple(_verdict(image, nodes, require, now) for image in images)
+    per_image = REQUIRE_ALL if require == REQUIRE_ONE_NODE else require
+    verdicts = tuple(_verdict(image, nodes, per_image, now) for image in images)
+    if require == REQUIRE_ONE_NODE:
+        verdicts = _on_one_node(verdicts, [n.node for n in nodes])
     return Decision(
         _outcome(verdicts, bool(nodes)),
         verdicts,
@@ -173,6 +181,27 @@ def _verdict(image: ContainerImage, nodes: list[NodeImages], require: str, now: 
     else:
         status = PRESENT if holders else UNKNOWN if unknown else MISSING
     return ImageVerdict(image, status, key, tuple(missing), tuple(unknown))
+
+
+def holding_nodes(verdicts: Sequence[ImageVerdict], eligible: Sequence[str]) -> list[str]:
+    """The eligible nodes known to hold every checked image. From verdicts decided with REQUIRE_ALL,
+    whose missing_on and unknown_on name every eligible node that lacks or may lack each image."""
+    lacking: set[str] = set()
+    for verdict in verdicts:
+        lacking.update(verdict.missing_on)
+        lacking.update(verdict.unknown_on)
+    return [n for n in eligible if n not in lacking]
+
+
+def _on_one_node(verdicts: tuple[ImageVerdict, ...], eligible: list[str]) -> tuple[ImageVerdict, ...]:
+    """REQUIRE_ALL verdicts restated for "some eligible node holds every image", as steering makes
+    it true: only when every eligible node's list is conclusive (steering never rules out a node
+    on a guess, core/steering.py). Otherwise its Pods are not steered and are decided as under
+    REQUIRE_ALL, and so is the template."""
+    checked = (PRESENT, MISSING, UNKNOWN)
+    if any(v.unknown_on for v in verdicts) or not holding_nodes(verdicts, eligible):
+        return verdicts
+    return tuple(replace(v, status=PRESENT) if v.status in checked else v for v in verdicts)
 
 
 def _outcome(verdicts: tuple[ImageVerdict, ...], any_eligible: bool) -> str:
