@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from image_preflight.core.job_failure import kubelet_reason
-from image_preflight.core.stalls import Stall, Stalls, event_key
+from image_preflight.core.stalls import Stall, Stalls, event_key, pod_key
 from image_preflight.kube.watch import describe_error
 from image_preflight.watchdog.actions import Actions
 from image_preflight.watchdog.metrics import Metrics
@@ -23,11 +23,6 @@ IDLE_WAKE_S = 1.0  # how often an idle loop looks at the stop flag
 def _name(obj: Mapping) -> str:
     metadata = obj.get("metadata")
     return metadata.get("name", "") if isinstance(metadata, Mapping) else ""
-
-
-def _uid(obj: Mapping) -> str:
-    metadata = obj.get("metadata")
-    return metadata.get("uid", "") if isinstance(metadata, Mapping) else ""
 
 
 class Watchdog:
@@ -61,7 +56,7 @@ class Watchdog:
     # -- Pods that are not yet terminal ----------------------------------------------------------
 
     def replace_pods(self, pods: Iterable[Mapping]) -> None:
-        self._replace("pod/", pods, lambda pod: f"pod/{_uid(pod)}", self.upsert_pod)
+        self._replace("pod/", pods, pod_key, self.upsert_pod)
 
     def upsert_pod(self, pod: Mapping) -> None:
         with self._changed:

@@ -21,7 +21,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 
-from image_preflight.core.pull_failures import finished
+from image_preflight.core.pull_failures import as_mapping, finished
 from image_preflight.core.stalls import Stall
 
 ANNOTATION = "image-preflight.io/watchdog"
@@ -61,8 +61,7 @@ def record(stall: Stall, action: str, *, at: str, waited_s: float) -> dict:
 
 
 def recorded_action(job: Mapping) -> str | None:
-    metadata = job.get("metadata") if isinstance(job.get("metadata"), Mapping) else {}
-    annotations = metadata.get("annotations") if isinstance(metadata.get("annotations"), Mapping) else {}
+    annotations = as_mapping(as_mapping(job.get("metadata")).get("annotations"))
     try:
         action = json.loads(annotations[ANNOTATION]).get("action")
     except (KeyError, TypeError, ValueError, AttributeError):
@@ -72,8 +71,7 @@ def recorded_action(job: Mapping) -> str | None:
 
 def skip_reason(job: Mapping, owner_uid: str, mode: str) -> str | None:
     """Why this Job is left as it is, or None when the watchdog should act on it."""
-    metadata = job.get("metadata") if isinstance(job.get("metadata"), Mapping) else {}
-    spec = job.get("spec") if isinstance(job.get("spec"), Mapping) else {}
+    metadata, spec = as_mapping(job.get("metadata")), as_mapping(job.get("spec"))
     if metadata.get("uid") != owner_uid:
         return "replaced"  # a new Job of the same name: not the one whose Pod was stuck
     if finished(job):

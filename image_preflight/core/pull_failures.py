@@ -48,11 +48,12 @@ class Owner:
         return self.api_version == "batch/v1" and self.kind == "Job"
 
 
-def _mapping(value: object) -> Mapping:
-    return value if isinstance(value, Mapping) else {}
+def as_mapping(value: object) -> Mapping:
+    """`value` if it is an object, else an empty one: API objects are read without trusting them."""
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
-def _text(value: object) -> str:
+def as_text(value: object) -> str:
     return value if isinstance(value, str) else ""
 
 
@@ -65,7 +66,7 @@ def reference_of(image: str) -> str:
 
 def settled(pod: Mapping) -> bool:
     """Terminal or being deleted: nothing here will wait any longer."""
-    return bool(_mapping(pod.get("metadata")).get("deletionTimestamp")) or _mapping(
+    return bool(as_mapping(pod.get("metadata")).get("deletionTimestamp")) or as_mapping(
         pod.get("status")).get("phase") in ("Succeeded", "Failed")
 
 
@@ -73,11 +74,11 @@ def stuck_containers(pod: Mapping, *, include_always: bool = False) -> tuple[Stu
     """The Pod's containers that wait for an image their node will not get, init containers first."""
     if settled(pod):
         return ()
-    waiting = _image_waits(_mapping(pod.get("status")))
+    waiting = _image_waits(as_mapping(pod.get("status")))
     if not waiting:
         return ()  # most Pods: the spec is not read at all
     try:
-        declared = {(image.field, image.container): image for image in container_images(_mapping(pod.get("spec")))}
+        declared = {(image.field, image.container): image for image in container_images(as_mapping(pod.get("spec")))}
     except WorkloadError:
         declared = {}
     found = []
@@ -97,31 +98,31 @@ def _image_waits(status: Mapping) -> list[tuple[str, str, str, str, str]]:
     for statuses, field in _STATUSES:
         entries = status.get(statuses)
         for entry in entries if isinstance(entries, list) else ():
-            entry = _mapping(entry)
-            waiting = _mapping(_mapping(entry.get("state")).get("waiting"))
+            entry = as_mapping(entry)
+            waiting = as_mapping(as_mapping(entry.get("state")).get("waiting"))
             reason = waiting.get("reason")
             if reason in NEVER_AVAILABLE or reason in PULL_FAILED:
-                found.append((field, _text(entry.get("name")), _text(entry.get("image")), reason,
-                              _text(waiting.get("message"))))
+                found.append((field, as_text(entry.get("name")), as_text(entry.get("image")), reason,
+                              as_text(waiting.get("message"))))
     return found
 
 
 def controller_of(obj: Mapping) -> Owner | None:
     """The ownerReference marked controller (at most one is: apimachinery validation)."""
-    references = _mapping(obj.get("metadata")).get("ownerReferences")
+    references = as_mapping(obj.get("metadata")).get("ownerReferences")
     for reference in references if isinstance(references, list) else ():
-        reference = _mapping(reference)
+        reference = as_mapping(reference)
         if reference.get("controller") is True:
-            return Owner(_text(reference.get("apiVersion")), _text(reference.get("kind")),
-                         _text(reference.get("name")), _text(reference.get("uid")))
+            return Owner(as_text(reference.get("apiVersion")), as_text(reference.get("kind")),
+                         as_text(reference.get("name")), as_text(reference.get("uid")))
     return None
 
 
 def finished(job: Mapping) -> str | None:
     """The condition that says the Job is finishing or finished, if one does."""
-    conditions = _mapping(job.get("status")).get("conditions")
+    conditions = as_mapping(job.get("status")).get("conditions")
     for condition in conditions if isinstance(conditions, list) else ():
-        condition = _mapping(condition)
+        condition = as_mapping(condition)
         if condition.get("type") in FINISHED_CONDITIONS and condition.get("status") == "True":
             return condition["type"]
     return None
@@ -137,9 +138,9 @@ _DENIED = '" denied the request: '
 
 def webhook_denial(event: Mapping, webhooks: frozenset[str]) -> str | None:
     """The denial text when `event` is a Job's FailedCreate carrying one of `webhooks`' denials."""
-    if event.get("reason") != "FailedCreate" or _mapping(event.get("involvedObject")).get("kind") != "Job":
+    if event.get("reason") != "FailedCreate" or as_mapping(event.get("involvedObject")).get("kind") != "Job":
         return None
-    message = _text(event.get("message"))
+    message = as_text(event.get("message"))
     if not message.startswith(_FAILED_CREATE):
         return None
     name, separator, denial = message[len(_FAILED_CREATE):].partition(_DENIED)

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from image_preflight.core.pull_failures import Owner, Stuck, controller_of, stuck_containers, webhook_denial
+from image_preflight.core.pull_failures import (
+    Owner, Stuck, as_mapping, as_text, controller_of, stuck_containers, webhook_denial)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,40 +31,34 @@ class Stall:
     since: float
 
 
-def _metadata(obj: Mapping) -> Mapping:
-    metadata = obj.get("metadata")
-    return metadata if isinstance(metadata, Mapping) else {}
-
-
-def _str(value: object) -> str:
-    return value if isinstance(value, str) else ""
-
-
 def pod_stall(pod: Mapping, now: float, *, include_always: bool) -> Stall | None:
     stuck = stuck_containers(pod, include_always=include_always)
-    metadata = _metadata(pod)
-    uid = _str(metadata.get("uid"))
+    metadata = as_mapping(pod.get("metadata"))
+    uid = as_text(metadata.get("uid"))
     if not stuck or not uid:
         return None
-    spec = pod.get("spec") if isinstance(pod.get("spec"), Mapping) else {}
-    return Stall(f"pod/{uid}", _str(metadata.get("namespace")), "Pod", _str(metadata.get("name")), uid,
-                 controller_of(pod), _str(spec.get("nodeName")), stuck[0], None, now)
+    spec = as_mapping(pod.get("spec"))
+    return Stall(f"pod/{uid}", as_text(metadata.get("namespace")), "Pod", as_text(metadata.get("name")), uid,
+                 controller_of(pod), as_text(spec.get("nodeName")), stuck[0], None, now)
 
 
 def denial_stall(event: Mapping, now: float, webhooks: frozenset[str]) -> Stall | None:
     denial = webhook_denial(event, webhooks)
-    job = event.get("involvedObject")
-    if denial is None or not isinstance(job, Mapping) or not _str(job.get("uid")):
+    job = as_mapping(event.get("involvedObject"))
+    if denial is None or not as_text(job.get("uid")):
         return None
     uid = job["uid"]
-    owner = Owner(_str(job.get("apiVersion")) or "batch/v1", "Job", _str(job.get("name")), uid)
-    return Stall(f"job/{uid}", _str(job.get("namespace")) or _str(_metadata(event).get("namespace")), "Job",
-                 owner.name, uid, owner, "", None, denial, now)
+    owner = Owner(as_text(job.get("apiVersion")) or "batch/v1", "Job", as_text(job.get("name")), uid)
+    namespace = as_text(job.get("namespace")) or as_text(as_mapping(event.get("metadata")).get("namespace"))
+    return Stall(f"job/{uid}", namespace, "Job", owner.name, uid, owner, "", None, denial, now)
+
+
+def pod_key(pod: Mapping) -> str:
+    return f"pod/{as_text(as_mapping(pod.get('metadata')).get('uid'))}"
 
 
 def event_key(event: Mapping) -> str:
-    job = event.get("involvedObject")
-    return f"job/{_str(job.get('uid'))}" if isinstance(job, Mapping) else ""
+    return f"job/{as_text(as_mapping(event.get('involvedObject')).get('uid'))}"
 
 
 class Stalls:
@@ -81,7 +76,7 @@ class Stalls:
     # -- what the watches report ---------------------------------------------------------------
 
     def see_pod(self, pod: Mapping, now: float) -> None:
-        key = f"pod/{_str(_metadata(pod).get('uid'))}"
+        key = pod_key(pod)
         stall = pod_stall(pod, now, include_always=self.include_always)
         if stall is None:
             self._pending.pop(key, None)  # recovered within the grace, or settled
@@ -92,7 +87,7 @@ class Stalls:
             self._pending[key] = (replace(stall, since=since), earlier[1] if earlier else since + self.grace)
 
     def forget_pod(self, pod: Mapping) -> None:
-        self.forget(f"pod/{_str(_metadata(pod).get('uid'))}")
+        self.forget(pod_key(pod))
 
     def see_event(self, event: Mapping, now: float) -> None:
         stall = denial_stall(event, now, self.webhooks)
