@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SUBCOMMANDS = ("scan", "serve", "certs", "agent", "inventory", "doctor")
+SUBCOMMANDS = ("scan", "serve", "certs", "agent", "inventory", "doctor", "watchdog")
 # Training stacks pin these low; the agent's CRI stubs must run at the floors.
 OLD_PINS = ("protobuf<5", "grpcio<1.60")
 FLOOR_PINS = ("protobuf==3.20.3", "grpcio==1.49.1")
@@ -129,7 +129,7 @@ def test_a_base_install_runs_the_scanner_and_names_the_extra_the_others_need(bas
                 "--inventory", examples / "nodes.json", cwd=shadowing)
     assert "kept" in done.stdout.lower() or "dropped" in done.stdout.lower(), done.stdout
     for command, extra in (("serve", "webhook"), ("certs", "webhook"), ("agent", "agent"), ("inventory", "kube"),
-                           ("doctor", "kube")):
+                           ("doctor", "kube"), ("watchdog", "watchdog")):
         result = _run(cli, command, "--help", cwd=shadowing, check=False)
         assert result.returncode == 2, (command, result.stdout, result.stderr)
         (line,) = result.stderr.strip().splitlines()

@@ -9,10 +9,19 @@ import signal
 import socket
 import threading
 
+# Imported here, not where used: without the 'watchdog' extra the CLI then names the extra to
+# install instead of failing later with a traceback.
+from prometheus_client import start_http_server
+
 from image_preflight.cli import add_cluster_arguments
 from image_preflight.core.job_failure import MODES
 from image_preflight.core.stalls import Stalls
 from image_preflight.errors import UsageError
+from image_preflight.kube.client import api_client
+from image_preflight.watchdog.actions import Actions
+from image_preflight.watchdog.metrics import Metrics
+from image_preflight.watchdog.runner import Watchdog
+from image_preflight.watchdog.watches import watchers
 
 # The kubelet retries a failed container start 10-15 s later (pkg/kubelet/kubelet.go backOffPeriod
 # 10 s, pod_workers.go workerBackOffPeriodJitterFactor 0.5): 15 s lets that one retry show an image
@@ -69,14 +78,6 @@ def run(args: argparse.Namespace) -> int:
 
 def start(args: argparse.Namespace, stop: threading.Event) -> list:
     """Start the watches, the acting loop and /metrics; returns what stops them, in start order."""
-    from prometheus_client import start_http_server
-
-    from image_preflight.kube.client import api_client
-    from image_preflight.watchdog.actions import Actions
-    from image_preflight.watchdog.metrics import Metrics
-    from image_preflight.watchdog.runner import Watchdog
-    from image_preflight.watchdog.watches import watchers
-
     api = api_client(args.kubeconfig, context=args.context)
     metrics = Metrics()
     stalls = Stalls(args.grace, include_always=args.include_always,
