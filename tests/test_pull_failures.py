@@ -252,6 +252,9 @@ def test_a_running_job_is_acted_on_with_a_patch_conditional_on_its_version(mode)
     ({"spec": {"suspend": True}}, "enforce", "suspended"),
     ({"metadata": {"annotations": {job_failure.ANNOTATION: '{"action": "failed"}'}}}, "enforce", "already"),
     ({"metadata": {"annotations": {job_failure.ANNOTATION: '{"action": "audited"}'}}}, "audit", "already"),
+    # The other watchdog's patch won and the Job controller already acted on it.
+    ({"metadata": {"annotations": {job_failure.ANNOTATION: '{"action": "failed"}'}},
+      "status": {"conditions": [{"type": "FailureTarget", "status": "True"}]}}, "enforce", "already"),
     ({"metadata": {"annotations": {job_failure.ANNOTATION: '{"action": "audited"}'}}}, "enforce", None),
     ({"metadata": {"annotations": {job_failure.ANNOTATION: "not json"}}}, "enforce", None),
 ])

@@ -74,12 +74,12 @@ def skip_reason(job: Mapping, owner_uid: str, mode: str) -> str | None:
     metadata, spec = as_mapping(job.get("metadata")), as_mapping(job.get("spec"))
     if metadata.get("uid") != owner_uid:
         return "replaced"  # a new Job of the same name: not the one whose Pod was stuck
+    if recorded_action(job) in _DONE[mode]:
+        return "already"  # before "finished": the Job controller may have acted on our patch already
     if finished(job):
         return "finished"
     if spec.get("suspend") is True:
         return "suspended"  # no deadline runs while suspended (pastActiveDeadline)
-    if recorded_action(job) in _DONE[mode]:
-        return "already"
     return None
 
 
