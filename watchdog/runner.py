@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 
 from image_preflight.core.job_failure import kubelet_reason
+from image_preflight.core.objects import as_mapping, as_text
 from image_preflight.core.stalls import Stall, Stalls, event_key, pod_key
 from image_preflight.kube.watch import describe_error
 from image_preflight.watchdog.actions import Actions
@@ -21,8 +22,7 @@ IDLE_WAKE_S = 1.0  # how often an idle loop looks at the stop flag
 
 
 def _name(obj: Mapping) -> str:
-    metadata = obj.get("metadata")
-    return metadata.get("name", "") if isinstance(metadata, Mapping) else ""
+    return as_text(as_mapping(obj.get("metadata")).get("name"))
 
 
 class Watchdog:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from image_preflight.core import messages
 from image_preflight.core.decision import ALLOW, DENY, REQUIRE_ALL, REQUIRE_ONE_NODE, decide
 from image_preflight.core.inventory import Inventory
+from image_preflight.core.objects import as_mapping
 from image_preflight.core.scheduling import SchedulingSpecError
 from image_preflight.core.steering import DEFAULT_MAX_NODES
 from image_preflight.core.workloads import (
@@ -69,8 +70,7 @@ class Outcome:
     @classmethod
     def of(cls, request: Mapping, obj: Mapping) -> "Outcome":
         """Not yet decided: what the request says about itself."""
-        kind_info = request.get("kind") if isinstance(request.get("kind"), Mapping) else {}
-        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        kind_info, metadata = as_mapping(request.get("kind")), as_mapping(obj.get("metadata"))
         return cls(
             review={},
             decision="skip",

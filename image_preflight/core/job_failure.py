@@ -21,7 +21,8 @@ import hashlib
 import json
 from collections.abc import Mapping
 
-from image_preflight.core.pull_failures import as_mapping, finished
+from image_preflight.core.objects import as_mapping
+from image_preflight.core.pull_failures import finished
 from image_preflight.core.stalls import Stall
 
 ANNOTATION = "image-preflight.io/watchdog"

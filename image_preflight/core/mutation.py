@@ -9,6 +9,7 @@ from image_preflight.core import steering
 from image_preflight.core.admission import Outcome, Settings, reply
 from image_preflight.core.decision import REQUIRE_ALL, decide
 from image_preflight.core.inventory import Inventory
+from image_preflight.core.objects import as_mapping
 from image_preflight.core.scheduling import SchedulingSpecError
 from image_preflight.core.workloads import WorkloadError
 
@@ -18,17 +19,17 @@ STEERED, NOT_STEERED = "steered", "not-steered"
 def steer(review: Mapping, inventory: Inventory, settings: Settings, *, now: float | None = None) -> Outcome:
     """Decide a parsed AdmissionReview (see admission.parse_review) for the mutating webhook."""
     request = review["request"]
-    obj = request.get("object") if isinstance(request.get("object"), Mapping) else {}
+    obj = as_mapping(request.get("object"))
     outcome = Outcome.of(request, obj)
-    kind = request.get("kind") if isinstance(request.get("kind"), Mapping) else {}
+    kind = as_mapping(request.get("kind"))
     if (kind.get("group", ""), kind.get("kind")) != ("", "Pod") or request.get("operation") != "CREATE" \
             or request.get("subResource"):
         return reply(outcome, review, allowed=True)
     reason = steering.not_steerable(obj)
     if not reason:
         try:
-            decision = decide(obj.get("spec") or {}, inventory, require=REQUIRE_ALL, now=now, kind="Pod")
-        except (WorkloadError, SchedulingSpecError, AttributeError) as exc:
+            decision = decide(as_mapping(obj.get("spec")), inventory, require=REQUIRE_ALL, now=now, kind="Pod")
+        except (WorkloadError, SchedulingSpecError) as exc:
             outcome.decision, outcome.detail = "unreadable", str(exc)
             return reply(outcome, review, allowed=True)
         outcome.images = [v.image.image for v in decision.verdicts]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from image_preflight.core.objects import as_mapping, as_text
 from image_preflight.core.images import InvalidReference, docker_ref
 from image_preflight.core.workloads import ALWAYS, WorkloadError, container_images, default_pull_policy
 
@@ -46,15 +47,6 @@ class Owner:
     @property
     def is_job(self) -> bool:
         return self.api_version == "batch/v1" and self.kind == "Job"
-
-
-def as_mapping(value: object) -> Mapping:
-    """`value` if it is an object, else an empty one: API objects are read without trusting them."""
-    return value if type(value) is dict or isinstance(value, Mapping) else {}
-
-
-def as_text(value: object) -> str:
-    return value if isinstance(value, str) else ""
 
 
 def reference_of(image: str) -> str:

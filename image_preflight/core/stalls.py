@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from image_preflight.core.pull_failures import (
-    Owner, Stuck, as_mapping, as_text, controller_of, stuck_containers, webhook_denial)
+from image_preflight.core.objects import as_mapping, as_text
+from image_preflight.core.pull_failures import Owner, Stuck, controller_of, stuck_containers, webhook_denial
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from image_preflight.core.objects import as_mapping, is_mapping
 from image_preflight.core.decision import ALLOW, INVALID, MISSING, UNKNOWN, Decision, holding_nodes
 
 STEERED_TO = "image-preflight.io/steered-to"
@@ -46,15 +47,15 @@ class Plan:
 
 def not_steerable(pod: Mapping) -> str:
     """Why a Pod must not be steered whatever the nodes hold, or ""."""
-    spec = pod.get("spec") if _is_map(pod.get("spec")) else {}
+    spec = as_mapping(pod.get("spec"))
     if spec.get("nodeName"):
         return NODE_NAME  # placed already: the kubelet admits it, the scheduler never sees it
     if spec.get("schedulingGates"):
         return GATED  # narrowed and released later (Kueue): decided on that UPDATE instead
-    metadata = pod.get("metadata") if _is_map(pod.get("metadata")) else {}
+    metadata = as_mapping(pod.get("metadata"))
     owners = metadata.get("ownerReferences")
     for owner in owners if isinstance(owners, list) else ():
-        if _is_map(owner) and owner.get("controller") is True and owner.get("kind") == "DaemonSet":
+        if is_mapping(owner) and owner.get("controller") is True and owner.get("kind") == "DaemonSet":
             return DAEMON_SET  # pinned to its node by its controller
     return ""
 
@@ -84,7 +85,7 @@ def plan(decision: Decision, *, max_nodes: int = DEFAULT_MAX_NODES, terms: int =
 def required_terms(pod: Mapping) -> list | None:
     """The Pod's required node selector terms, or None when it has none."""
     node_affinity = _path(pod, "spec", "affinity", "nodeAffinity", _REQUIRED)
-    terms = node_affinity.get("nodeSelectorTerms") if _is_map(node_affinity) else None
+    terms = node_affinity.get("nodeSelectorTerms") if is_mapping(node_affinity) else None
     return terms if isinstance(terms, list) and terms else None
 
 
@@ -99,7 +100,7 @@ def encoded_patch(pod: Mapping, nodes: tuple[str, ...]) -> str:
     existing = required_terms(pod)
     terms_json = None if existing is None else json.dumps(existing, sort_keys=True, default=str)
     affinity_depth = _depth(pod, _AFFINITY_PATH)
-    annotated = _is_map(_path(pod, "metadata", "annotations"))
+    annotated = is_mapping(_path(pod, "metadata", "annotations"))
     if terms_json is not None and len(terms_json) > _REMEMBERED_TERMS:
         return _encoded.__wrapped__(nodes, terms_json, affinity_depth, annotated)  # too big to keep
     return _encoded(nodes, terms_json, affinity_depth, annotated)
@@ -148,13 +149,9 @@ def _may_match(term: object, node: str) -> bool:
     return True
 
 
-def _is_map(value: object) -> bool:
-    return type(value) is dict or isinstance(value, Mapping)  # plain dicts skip the ABC check
-
-
 def _path(obj: object, *keys: str) -> object:
     for key in keys:
-        if not _is_map(obj):
+        if not is_mapping(obj):
             return None
         obj = obj.get(key)  # type: ignore[union-attr]
     return obj
@@ -163,8 +160,8 @@ def _path(obj: object, *keys: str) -> object:
 def _depth(obj: object, keys: tuple[str, ...]) -> int:
     """How many leading `keys` lead to objects, up to the parent of the last."""
     for depth, key in enumerate(keys[:-1]):
-        obj = obj.get(key) if _is_map(obj) else None  # type: ignore[union-attr]
-        if not _is_map(obj):
+        obj = obj.get(key) if is_mapping(obj) else None  # type: ignore[union-attr]
+        if not is_mapping(obj):
             return depth
     return len(keys) - 1
 
