@@ -217,12 +217,14 @@ def _tag_of(name: str) -> str:
 
 
 def build_oci_archive_many(
-    path: str | os.PathLike[str], names: Sequence[str], *, layer_bytes: bytes = b"image-preflight\n"
+    path: str | os.PathLike[str], names: Sequence[str], *, layer_bytes: bytes = b"image-preflight\n",
+    layer: bytes | None = None, run: Sequence[str] = (),
 ) -> list[str]:
     """Writes one OCI image layout tar holding one image per name.
 
-    The images share one layer; each config carries its name, so every name is a
-    distinct image with its own id. Returns the ids (config digests) in order.
+    The images share one layer: a file `content` holding `layer_bytes`, or `layer`, a whole
+    layer tar. `run` is the images' entrypoint. Each config carries its name, so every name is
+    a distinct image with its own id. Returns the ids (config digests) in order.
     """
     arch = _host_arch()
     blobs: dict[str, bytes] = {}
@@ -232,7 +234,8 @@ def build_oci_archive_many(
         blobs[digest] = data
         return digest
 
-    layer = _layer(layer_bytes)
+    if layer is None:
+        layer = _layer(layer_bytes)
     layer_digest = add_blob(layer)
     ids: list[str] = []
     index_entries: list[dict[str, object]] = []
@@ -240,7 +243,8 @@ def build_oci_archive_many(
         config = {
             "architecture": arch,
             "os": "linux",
-            "config": {"Labels": {"image-preflight.test/name": name}},
+            "config": {"Labels": {"image-preflight.test/name": name},
+                       **({"Entrypoint": list(run)} if run else {})},
             "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
         }
         config_bytes = json.dumps(config, sort_keys=True).encode()

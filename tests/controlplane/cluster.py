@@ -134,6 +134,9 @@ class ControlPlane:
         serving = self.ca.issue("apiserver", "kube-apiserver", server_names=(
             "127.0.0.1", "localhost", "10.0.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc"))
         admin_crt, admin_key = self.ca.issue("admin", "image-preflight-test-admin", org="system:masters")
+        # How the apiserver authenticates to kubelets (node proxy: configz, logs, stats/summary).
+        kubelet_client = self.ca.issue("apiserver-kubelet-client", "kube-apiserver-kubelet-client",
+                                       org="system:masters")
         self._admin_tls = ssl.create_default_context(cafile=str(self.ca.cert_path))
         self._admin_tls.load_cert_chain(admin_crt, admin_key)
         self.kubeconfig = write_kubeconfig(folder / "admin.kubeconfig", kubeconfig_document(
@@ -176,6 +179,8 @@ class ControlPlane:
             f"--audit-policy-file={audit_policy}", f"--audit-log-path={self.audit_log}",
             # The kubernetes Service's endpoint would be 127.0.0.1, which EndpointSlices may not hold.
             "--endpoint-reconciler-type=none",
+            f"--kubelet-client-certificate={kubelet_client[0]}", f"--kubelet-client-key={kubelet_client[1]}",
+            "--kubelet-preferred-address-types=InternalIP",
             "-v=1",
         ], folder / "kube-apiserver.log")
         self.controller_manager = Process("kube-controller-manager", [

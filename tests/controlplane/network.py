@@ -6,8 +6,9 @@ apiserver is started with an EgressSelectorConfiguration whose `cluster` egress 
 this HTTP CONNECT proxy on a unix socket (the protocol and transport of konnectivity's proxy
 server; HTTPConnect over plain TCP panics in kube-apiserver 1.37.2, getTLSConfig(nil) in
 k8s.io/apiserver/pkg/server/egressselector/egress_selector.go). The proxy forwards the
-addresses the tests expose to ports on 127.0.0.1 and refuses every other; it records what was
-dialed, so a test can show that the apiserver resolved the Service itself.
+addresses the tests expose to ports on 127.0.0.1 (or to the real node's address, across the veth
+of its network namespace) and refuses every other; it records what was dialed, so a test can show
+that the apiserver resolved the Service itself.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 
 class ClusterNetwork:
     def __init__(self, socket_path: Path) -> None:
-        self._routes: dict[str, int] = {}
+        self._routes: dict[str, tuple[str, int]] = {}
+        self._open: dict[str, set[socket.socket]] = {}
         self._lock = threading.Lock()
         self.dialed: list[str] = []
         network = self
@@ -35,14 +37,21 @@ class ClusterNetwork:
         self._thread = threading.Thread(target=self._server.serve_forever, name="cluster-network", daemon=True)
         self._thread.start()
 
-    def expose(self, address: str, local_port: int) -> None:
-        """Connections to `address` ("host:port", as the apiserver dials it) reach 127.0.0.1:local_port."""
+    def expose(self, address: str, local_port: int, *, host: str = "127.0.0.1") -> None:
+        """Connections to `address` ("host:port", as the apiserver dials it) reach host:local_port."""
         with self._lock:
-            self._routes[address] = local_port
+            self._routes[address] = (host, local_port)
 
     def withdraw(self, address: str) -> None:
+        """No new connection to `address`, and the open ones cut, as when its endpoints go."""
         with self._lock:
             self._routes.pop(address, None)
+            cut = self._open.pop(address, set())
+        for sock in cut:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def close(self) -> None:
         self._server.shutdown()
@@ -62,22 +71,58 @@ class ClusterNetwork:
         address = request_line[1]
         with self._lock:
             self.dialed.append(address)
-            port = self._routes.get(address)
-        if port is None:
+            target = self._routes.get(address)
+        if target is None:
             client.sendall(b"HTTP/1.1 502 Bad Gateway\r\n\r\n")
             return
         try:
-            upstream = socket.create_connection(("127.0.0.1", port), timeout=10)
+            upstream = socket.create_connection(target, timeout=10)
         except OSError:
             client.sendall(b"HTTP/1.1 502 Bad Gateway\r\n\r\n")
             return
         upstream.settimeout(None)
+        with self._lock:
+            self._open.setdefault(address, set()).add(upstream)
         client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        pump = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
-        pump.start()
-        _pump(client, upstream)
-        pump.join()
-        upstream.close()
+        try:
+            relay(client, upstream)
+        finally:
+            with self._lock:
+                self._open.get(address, set()).discard(upstream)
+
+
+class TcpRelay:
+    """Listens on `listen` (host, port 0 for any) and joins each connection to `target`: how the
+    real node, whose namespace has no loopback route to the host, reaches the apiserver."""
+
+    def __init__(self, listen: tuple[str, int], target: tuple[str, int]) -> None:
+        class Handler(socketserver.BaseRequestHandler):
+            def handle(self) -> None:
+                try:
+                    upstream = socket.create_connection(target, timeout=10)
+                except OSError:
+                    return
+                upstream.settimeout(None)
+                relay(self.request, upstream)
+
+        self._server = socketserver.ThreadingTCPServer(listen, Handler)
+        self._server.daemon_threads = True
+        self.address: tuple[str, int] = self._server.server_address[:2]
+        self._thread = threading.Thread(target=self._server.serve_forever, name="tcp-relay", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def relay(client: socket.socket, upstream: socket.socket) -> None:
+    """Copies both ways until either side closes."""
+    pump = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+    pump.start()
+    _pump(client, upstream)
+    pump.join()
+    upstream.close()
 
 
 def _pump(source: socket.socket, sink: socket.socket) -> None:

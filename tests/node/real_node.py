@@ -1,0 +1,495 @@
+"""A real node for the tests: containerd 2.x, runc and a kubelet, registered with a control plane.
+
+`tests/controlplane/build` builds the kubelet (the control plane's Go module) and containerd 2.x
+(`containerd/` of the folder it prints); runc, the CNI plugins and busybox are Debian's. The node
+runs in a network namespace of its own (tests/node/netns.py) and every registry resolves to a
+stub on that namespace's loopback (tests/node/stub_registry.py), so a pull of an absent image
+fails as it does on a node whose image was built locally and never pushed. Teardown restores what
+the kubelet changes on the host, checks that nothing is left behind, and fails the run when
+containerd dialled or resolved anything but the stub.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.controlplane.cluster import (
+    KUBELET_PORT,
+    ControlPlane,
+    Process,
+    kubeconfig_document,
+    require_control_plane,
+    running_control_plane,
+    terminate,
+    wait_for,
+    write_kubeconfig,
+)
+from image_preflight.agent.cri import ImageClient
+from tests.controlplane.network import TcpRelay
+from tests.node import netns
+from tests.node.images import PAUSE_NAME, busybox_missing, write_images
+
+NAMESPACE = "k8s.io"
+NODE_NAME = "real-node"
+# What the kubelet changes on the host (pkg/kubelet/cm/container_manager_linux.go, setupKernelTunables).
+SYSCTLS = ("vm/overcommit_memory", "kernel/panic", "kernel/panic_on_oops")
+CONTAINER_LOG_LINKS = Path("/var/log/containers")  # the kubelet's fixed ContainerLogsDir
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+KUBEPODS = "kubepods"
+RUN_CONTAINERD = Path("/run/containerd")  # the shims' sockets live under s/ whatever the config says
+AGL_LOGS = Path("/agl-logs")  # the hostPath agent-lightning's SWE-smith template mounts
+DEBIAN_TOOLS = {"runc": "runc", "nsenter": "util-linux", "ip": "iproute2"}
+CNI_BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
+READY_DEADLINE_S = 90.0
+
+_CONTAINERD_CONFIG = """\
+version = 3
+root = "{root}"
+state = "{state}"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.devmapper",
+                    "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.blockfile",
+                    "io.containerd.snapshotter.v1.erofs", "io.containerd.tracing.processor.v1.otlp",
+                    "io.containerd.internal.v1.tracing"]
+
+[grpc]
+  address = "{socket}"
+
+[ttrpc]
+  address = "{socket}.ttrpc"
+
+[debug]
+  # The resolver's and fetcher's lines are at debug: teardown reads them to prove every request
+  # went to the stub.
+  level = "debug"
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".pinned_images]
+    sandbox = "{pause}"
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = "{hosts}"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  disable_apparmor = true
+  # Root lacks CAP_SYS_RESOURCE in these VMs: runc cannot lower its own OOM score otherwise.
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["{cni_bin}"]
+    conf_dir = "{cni_conf}"
+    max_conf_num = 1
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+    runtime_type = "io.containerd.runc.v2"
+    [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+      BinaryName = "{runc}"
+      Root = "{state}/runc"
+      SystemdCgroup = false
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+"""
+
+_HOSTS_TOML = """\
+# Every registry host, including the default one, is this stub: nothing is pulled from outside.
+server = "http://127.0.0.1:{port}"
+
+[host."http://127.0.0.1:{port}"]
+  capabilities = ["pull", "resolve"]
+  skip_verify = true
+"""
+
+
+def missing_parts() -> str | None:
+    """Why a real node cannot start here, or None."""
+    if os.geteuid() != 0:
+        return "a real node needs root"
+    for tool, package in DEBIAN_TOOLS.items():
+        if shutil.which(tool) is None:
+            return f"{tool} not installed (apt-get install {package})"
+    if not (CNI_BIN / "bridge").exists():
+        return f"no CNI plugins in {CNI_BIN} (apt-get install containernetworking-plugins)"
+    if (reason := busybox_missing()) is not None:
+        return reason
+    kubelet = shutil.which("kubelet")
+    if kubelet is None or not (Path(kubelet).parent / "containerd" / "containerd").exists():
+        return ("kubelet or containerd 2.x not built: run tests/controlplane/build and put the folder it"
+                " prints on PATH")
+    if netns.host_addresses_in_use():
+        return f"{netns.HOST_ADDRESS} is already held on this host (another real node, or one left behind)"
+    return None
+
+
+def require_real_node() -> None:
+    require_control_plane()
+    reason = missing_parts()
+    if reason is None:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set but {reason}")
+    pytest.skip(reason)
+
+
+def _read_sysctls() -> dict[str, str]:
+    return {name: (Path("/proc/sys") / name).read_text().strip() for name in SYSCTLS}
+
+
+def _mounts_under(prefixes: Sequence[str]) -> list[str]:
+    found = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        point = line.split()[4].replace("\\040", " ")
+        if any(point == p or point.startswith(p.rstrip("/") + "/") for p in prefixes):
+            found.append(point)
+    return found
+
+
+def _cgroup_trees(name: str) -> list[Path]:
+    return [d / name for d in CGROUP_ROOT.iterdir() if not d.is_symlink() and (d / name).is_dir()]
+
+
+def _remove_cgroup(tree: Path) -> None:
+    """rmdir depth first: cgroupfs folders hold only the kernel's files, which cannot be unlinked."""
+    for folder in sorted((p for p in tree.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        folder.rmdir()
+    tree.rmdir()
+
+
+def _processes_mentioning(text: str) -> list[str]:
+    done = subprocess.run(["pgrep", "-af", text], capture_output=True, text=True, check=False)
+    return [line for line in done.stdout.splitlines() if str(os.getpid()) != line.split()[0]]
+
+
+class RealNode:
+    """containerd, the stub registry and a kubelet in a network namespace, registered as `name`."""
+
+    def __init__(self, plane: ControlPlane, *, name: str = NODE_NAME, max_images: int | None = None,
+                 kubelet_config: dict | None = None) -> None:
+        self.plane = plane
+        self.name = name
+        self.dir = Path(tempfile.mkdtemp(prefix="ipfn-", dir="/tmp"))  # short: AF_UNIX paths
+        bin_dir = Path(shutil.which("kubelet") or "kubelet").parent
+        self.containerd_bin = bin_dir / "containerd" / "containerd"
+        self.socket = self.dir / "containerd.sock"
+        self.endpoint = f"unix://{self.socket}"
+        self.address = netns.NODE_ADDRESS
+        self.max_images = max_images
+        self.extra_config = kubelet_config or {}
+        self.registry_log = self.dir / "registry.log"
+        self.network: netns.NodeNetwork | None = None
+        self.relay: TcpRelay | None = None
+        self.registry: subprocess.Popen | None = None
+        self.containerd: Process | None = None
+        self.kubelet: Process | None = None
+        self._sysctls = _read_sysctls()
+        self._had = {path: path.exists() for path in (CONTAINER_LOG_LINKS, RUN_CONTAINERD, AGL_LOGS)}
+        self._had_kubepods = bool(_cgroup_trees(KUBEPODS))
+        self.registry_port = 0
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._had_kubepods:
+            raise RuntimeError(f"{CGROUP_ROOT}/*/{KUBEPODS} exists already: another kubelet runs here")
+        self.network = netns.create_node_network()
+        self._start_registry()
+        self._start_containerd()
+        self.import_images([PAUSE_NAME], pause=True)
+        self._start_kubelet()
+
+    def stop(self) -> list[str]:
+        """Everything undone; what could not be, as lines (the fixture fails on any)."""
+        problems: list[str] = []
+
+        def attempt(what: str, action) -> None:
+            try:
+                action()
+            except Exception as exc:  # teardown goes on: each step undoes its own part
+                problems.append(f"{what}: {exc}")
+
+        attempt("pods removed", self._remove_pods)
+        if self.kubelet is not None:
+            attempt("kubelet stopped", self.kubelet.stop)
+        attempt("tasks killed", self._kill_tasks)
+        if self.containerd is not None:
+            attempt("containerd stopped", self.containerd.stop)
+        attempt("shims stopped", self._kill_leftovers)
+        attempt("mounts removed", self._unmount)
+        if self.registry is not None:
+            attempt("registry stopped", lambda: terminate(self.registry))
+        if self.relay is not None:
+            attempt("relay closed", self.relay.close)
+        if self.network is not None:
+            attempt("network removed", self.network.close)
+        attempt("cgroups removed", lambda: [_remove_cgroup(t) for t in _cgroup_trees(KUBEPODS)])
+        attempt("sysctls restored", self._restore_sysctls)
+        attempt("host folders removed", self._remove_host_folders)
+        attempt("node deleted", lambda: self.plane.core().delete_node(self.name))
+        problems += self.leftovers()
+        if not problems:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        return problems
+
+    def leftovers(self) -> list[str]:
+        found = [f"process left: {p}" for p in _processes_mentioning(str(self.dir))]
+        found += [f"mount left: {m}" for m in _mounts_under([str(self.dir)])]
+        found += [f"cgroup left: {t}" for t in _cgroup_trees(KUBEPODS)]
+        if self.network is not None and Path(self.network.path).exists():
+            found.append(f"network namespace left: {self.network.name}")
+        if netns.host_addresses_in_use():
+            found.append(f"host address left: {netns.HOST_ADDRESS}")
+        now = _read_sysctls()
+        found += [f"sysctl {k} is {now[k]}, was {v}" for k, v in self._sysctls.items() if now[k] != v]
+        return found
+
+    # --- parts -------------------------------------------------------------------------------------
+
+    def _start_registry(self) -> None:
+        assert self.network is not None
+        port_file = self.dir / "registry.port"
+        root = Path(__file__).resolve().parents[2]
+        self.registry = subprocess.Popen(
+            self.network.enter([sys.executable, "-m", "tests.node.stub_registry", str(port_file),
+                                str(self.registry_log)]),
+            cwd=root, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+        wait_for(port_file.exists, "the stub registry listens", timeout_s=20)
+        self.registry_port = int(port_file.read_text())
+
+    def _start_containerd(self) -> None:
+        assert self.network is not None
+        hosts = self.dir / "certs.d"
+        (hosts / "_default").mkdir(parents=True)
+        (hosts / "_default" / "hosts.toml").write_text(_HOSTS_TOML.format(port=self.registry_port))
+        cni_conf = self.dir / "cni"
+        cni_conf.mkdir()
+        (cni_conf / "10-node.conflist").write_text(json.dumps({
+            "cniVersion": "1.0.0", "name": "node", "plugins": [
+                {"type": "bridge", "bridge": "ipfbr0", "isGateway": False, "ipMasq": False,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": netns.POD_SUBNET}]],
+                          "dataDir": str(self.dir / "ipam")}},
+                {"type": "portmap", "capabilities": {"portMappings": True}}]}))
+        config = self.dir / "containerd.toml"
+        config.write_text(_CONTAINERD_CONFIG.format(
+            root=self.dir / "root", state=self.dir / "state", socket=self.socket, pause=PAUSE_NAME,
+            hosts=hosts, cni_bin=CNI_BIN, cni_conf=cni_conf, runc=shutil.which("runc")))
+        env_path = f"{self.containerd_bin.parent}:{os.environ.get('PATH', '')}"
+        self.containerd = Process("containerd", self.network.enter(
+            ["env", f"PATH={env_path}", str(self.containerd_bin), "--config", str(config)]),
+            self.dir / "containerd.log")
+        self.containerd.start()
+        wait_for(lambda: self._ctr_ok("version"), "containerd answers", timeout_s=30)
+
+    def _start_kubelet(self) -> None:
+        assert self.network is not None
+        plane = self.plane
+        self.relay = TcpRelay((netns.HOST_ADDRESS, 0), ("127.0.0.1", plane.port))
+        client_crt, client_key = plane.ca.issue(f"kubelet-{self.name}", f"system:node:{self.name}",
+                                                org="system:nodes")
+        serving_crt, serving_key = plane.ca.issue(f"kubelet-serving-{self.name}", self.name,
+                                                  server_names=(self.address, self.name))
+        kubeconfig = kubeconfig_document(
+            f"https://{netns.HOST_ADDRESS}:{self.relay.address[1]}", plane.ca.cert_path,
+            {"client-certificate-data": base64.b64encode(client_crt.read_bytes()).decode(),
+             "client-key-data": base64.b64encode(client_key.read_bytes()).decode()})
+        kubeconfig["clusters"][0]["cluster"]["tls-server-name"] = "localhost"  # the apiserver's SAN
+        write_kubeconfig(self.dir / "kubelet.kubeconfig", kubeconfig)
+        config = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            # These VMs mount cgroup v1; kubelets since 1.35 refuse it unless told.
+            "failCgroupV1": False, "cgroupDriver": "cgroupfs",
+            "address": self.address, "port": KUBELET_PORT, "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1", "healthzPort": 10248,
+            "tlsCertFile": str(serving_crt), "tlsPrivateKeyFile": str(serving_key),
+            "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                               "x509": {"clientCAFile": str(plane.ca.cert_path)}},
+            "authorization": {"mode": "Webhook"},
+            "containerRuntimeEndpoint": self.endpoint, "imageServiceEndpoint": self.endpoint,
+            "podLogsDir": str(self.dir / "pod-logs"),
+            "resolvConf": "", "failSwapOn": False, "protectKernelDefaults": False,
+            "serializeImagePulls": False,
+            # The host's disk is shared with everything else: only the tests' own GC settings evict.
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
+                             "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
+            "shutdownGracePeriod": "0s",
+            **({"nodeStatusMaxImages": self.max_images} if self.max_images is not None else {}),
+            **self.extra_config,
+        }
+        (self.dir / "kubelet.yaml").write_text(yaml.safe_dump(config))
+        self.kubelet = Process("kubelet", self.network.enter([
+            shutil.which("kubelet") or "kubelet", f"--config={self.dir / 'kubelet.yaml'}",
+            f"--kubeconfig={self.dir / 'kubelet.kubeconfig'}", f"--root-dir={self.dir / 'kubelet'}",
+            f"--cert-dir={self.dir / 'kubelet-pki'}", f"--hostname-override={self.name}",
+            f"--node-ip={self.address}", "-v=2"]), self.dir / "kubelet.log")
+        self.kubelet.start()
+        # The apiserver reaches the kubelet through its cluster egress, as it reaches the webhook.
+        plane.network.expose(f"{self.address}:{KUBELET_PORT}", KUBELET_PORT, host=self.address)
+        wait_for(lambda: (self.kubelet.check_alive(), self.ready())[1], f"node {self.name} is Ready",
+                 timeout_s=READY_DEADLINE_S, interval_s=0.2)
+
+    def ready(self) -> bool:
+        try:
+            node = self.plane.core().read_node(self.name, _request_timeout=5)
+        except Exception:
+            return False
+        return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or ())
+
+    # --- images ------------------------------------------------------------------------------------
+
+    def ctr(self, *args: str, check: bool = True) -> str:
+        done = subprocess.run([str(self.containerd_bin.parent / "ctr"), "-a", str(self.socket), "-n", NAMESPACE,
+                               *args], capture_output=True, text=True, check=False, timeout=120)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"ctr {' '.join(args[:4])} failed ({done.returncode}): {done.stderr.strip()}")
+        return done.stdout
+
+    def _ctr_ok(self, *args: str) -> bool:
+        assert self.containerd is not None
+        self.containerd.check_alive()
+        return subprocess.run([str(self.containerd_bin.parent / "ctr"), "-a", str(self.socket), *args],
+                              capture_output=True, check=False).returncode == 0
+
+    def import_images(self, names: Sequence[str], *, pause: bool = False) -> None:
+        """Imports the images as `ctr -n k8s.io images import` of a locally built archive leaves them."""
+        archive = self.dir / f"images-{time.monotonic_ns()}.tar"
+        write_images(archive, names, pause=pause)
+        try:
+            self.ctr("images", "import", str(archive))
+        finally:
+            archive.unlink()
+
+    def remove_images(self, *names: str) -> None:
+        """As image GC does (CRI RemoveImage by id): every reference of the image goes, its
+        `sha256:<id>` one too, which containerd 2.x's CRI plugin adds on import and keeps
+        listing, without names, when only the name is removed."""
+        with ImageClient(self.endpoint) as cri:
+            ids = {image.id for image in cri.list_images() if set(image.repo_tags) & set(names)}
+        self.ctr("images", "rm", *names, *ids)
+
+    def image_names(self) -> set[str]:
+        return {row.strip() for row in self.ctr("images", "ls", "-q").splitlines() if row.strip()}
+
+    def status_names(self) -> list[list[str]]:
+        """The image names the kubelet posted in node status, image by image, in its order."""
+        node = self.plane.core().read_node(self.name)
+        return [list(image.names or ()) for image in node.status.images or ()]
+
+    def wait_in_status(self, name: str, present: bool = True, timeout_s: float = 90.0) -> float:
+        """Seconds until the kubelet's node status lists `name` (or no longer does)."""
+        start = time.monotonic()
+        wait_for(lambda: any(name in names for names in self.status_names()) == present,
+                 f"{name} {'in' if present else 'gone from'} {self.name}'s status", timeout_s=timeout_s,
+                 interval_s=0.25)
+        return time.monotonic() - start
+
+    # --- what containerd asked for ------------------------------------------------------------------
+
+    def registry_requests(self) -> list[str]:
+        return self.registry_log.read_text().splitlines() if self.registry_log.exists() else []
+
+    def outside_requests(self) -> list[str]:
+        """containerd's log lines that resolved or dialled anything but the stub registry."""
+        stub = f"127.0.0.1:{self.registry_port}"
+        log = (self.dir / "containerd.log").read_text(errors="replace") if (self.dir / "containerd.log").exists() else ""
+        found = []
+        for line in log.splitlines():
+            for host in re.findall(r'(?:host|url)="?(?:https?://)?([^/"\s]+)', line):
+                if host != stub and ("resolv" in line or "request" in line or "fetch" in line):
+                    found.append(line)
+            if re.search(r"dial tcp|lookup [^ ]+ on ", line) and stub not in line:
+                found.append(line)
+        return found
+
+    # --- teardown parts ------------------------------------------------------------------------------
+
+    def _remove_pods(self) -> None:
+        core = self.plane.core()
+        selector = f"spec.nodeName={self.name}"
+        for pod in core.list_pod_for_all_namespaces(field_selector=selector).items:
+            core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
+        if self.kubelet is not None and self.kubelet.popen is not None and self.kubelet.popen.poll() is None:
+            # The kubelet stops the sandboxes of deleted Pods, which tears down their network.
+            wait_for(lambda: not self.ctr("tasks", "ls", "-q").strip(), "the node's tasks ended",
+                     timeout_s=60, interval_s=0.5)
+
+    def _kill_tasks(self) -> None:
+        if self.containerd is None or self.containerd.popen is None or self.containerd.popen.poll() is not None:
+            return
+        for task in self.ctr("tasks", "ls", "-q").split():
+            self.ctr("tasks", "kill", "-s", "SIGKILL", task, check=False)
+            self.ctr("tasks", "delete", "-f", task, check=False)
+        for container in self.ctr("containers", "ls", "-q").split():
+            self.ctr("containers", "rm", container, check=False)
+
+    def _kill_leftovers(self) -> None:
+        for line in _processes_mentioning(str(self.dir)):
+            pid = int(line.split()[0])
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        wait_for(lambda: not _processes_mentioning(str(self.dir)), "the node's processes ended", timeout_s=15)
+
+    def _unmount(self) -> None:
+        for point in sorted(_mounts_under([str(self.dir)]), key=len, reverse=True):
+            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+
+    def _restore_sysctls(self) -> None:
+        for name, value in self._sysctls.items():
+            (Path("/proc/sys") / name).write_text(value)
+
+    def _remove_host_folders(self) -> None:
+        if CONTAINER_LOG_LINKS.exists():
+            pod_logs = str(self.dir / "pod-logs")
+            for link in CONTAINER_LOG_LINKS.iterdir():
+                if link.is_symlink() and os.readlink(link).startswith(pod_logs):
+                    link.unlink()
+        for path, had in self._had.items():
+            if had or not path.exists():
+                continue
+            if path == RUN_CONTAINERD:
+                shutil.rmtree(path)  # only the shims' socket folders, all of them ours
+            elif not any(path.iterdir()) or path == AGL_LOGS:
+                shutil.rmtree(path)
+
+
+def names_in(images: Iterable[list[str]]) -> set[str]:
+    return {name for names in images for name in names}
+
+
+def _teardown(node: RealNode) -> None:
+    problems = node.stop()
+    outside = node.outside_requests()
+    if outside:
+        problems.append("containerd reached beyond the stub registry:\n  " + "\n  ".join(outside[:10]))
+    if problems:
+        pytest.fail("real node teardown: " + "; ".join(problems), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def real_node(tmp_path_factory) -> Iterator[RealNode]:
+    """A real node registered with a control plane of its own (so that no other test's Pods land
+    on it, and its Pods on no other test's nodes), as the cluster's only node."""
+    require_real_node()
+    with running_control_plane(tmp_path_factory.mktemp("realnode-plane")) as plane:
+        node = RealNode(plane)
+        try:
+            node.start()
+        except BaseException:
+            node.stop()
+            raise
+        yield node
+        _teardown(node)
