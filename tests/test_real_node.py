@@ -23,13 +23,15 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+import image_preflight
 from image_preflight.core import job_failure
+from image_preflight.core.node_status import CAP_ANNOTATION
 from tests.agent_lightning import TEMPLATE, build_job_spec, example_row
-from tests.controlplane.cluster import create_node, free_port, terminate, wait_for
+from tests.controlplane.cluster import create_node, terminate, wait_for
 from tests.controlplane.webhook import ServedWebhook
 from tests.node.images import swe_smith_image
 from tests.node.real_node import NODE_NAME, RealNode
-from tests.test_cluster_watchdog import Watchdog, failed_condition
+from tests.test_cluster_watchdog import Watchdog
 from tests.test_deploy import SELF_SIGNED, deploy_copy  # noqa: F401 - fixture
 
 ENFORCE = {"image-preflight.io/enforce": "true"}
@@ -68,6 +70,7 @@ def stack(real_node, deploy_copy, tmp_path_factory):  # noqa: F811 - fixture
     real_node.import_images([HELD])
     real_node.wait_in_status(HELD)
     stack = Stack(real_node, served, watchdog, folder)
+    stack.overlay = overlay
     wait_for(lambda: stack.dry_run(stack.namespace(), ABSENT)[0] != 0, "the apiserver calls the webhook")
     try:
         yield stack
@@ -201,9 +204,11 @@ def test_past_the_cap_node_status_proves_nothing_and_the_agent_makes_it_missing(
         namespace = stack.namespace()
         code, warnings = stack.dry_run(namespace, ABSENT)
         assert code == 0 and "Warning:" in warnings and ABSENT in warnings, warnings
+        assert f"node {NODE_NAME}: node status lists 50 images, at the kubelet's cap of 50" in doctor(stack)
         with running_agent(stack, tmp_path):
             wait_for(lambda: stack.dry_run(namespace, ABSENT)[0] != 0, "the agent's list makes ABSENT missing",
                      timeout_s=60)
+            assert f"node {NODE_NAME}: complete list from the node agent" in doctor(stack)
             obj = k8s.CustomObjectsApi(stack.core.api_client).get_cluster_custom_object(
                 "image-preflight.io", "v1alpha1", "nodeimages", NODE_NAME)
             names = {n for image in obj["spec"]["images"] for n in image["repoTags"]}
@@ -222,14 +227,47 @@ def test_past_the_cap_node_status_proves_nothing_and_the_agent_makes_it_missing(
 
 def test_inventory_dump_reads_the_real_kubelets_cap_from_configz(stack, tmp_path):
     out = tmp_path / "cluster.json"
-    done = subprocess.run([sys.executable, "-m", "image_preflight", "inventory", "dump", "--kubeconfig",
-                           str(stack.plane.kubeconfig), "--out", str(out)], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr
-    raw = stack.plane.kubectl("get", "--raw", f"/api/v1/nodes/{NODE_NAME}/proxy/configz").stdout
-    assert json.loads(raw)["kubeletconfig"]["nodeStatusMaxImages"] == 50
-    dumped = json.loads(out.read_text())
-    assert NODE_NAME in json.dumps(dumped) and "50" in json.dumps(dumped)
+    assert stack.node.configz()["nodeStatusMaxImages"] == 50  # the kubelet's default, unset in its file
+    assert dumped_cap(inventory_dump(stack, out)) == "50"
+
+
+def test_an_uncapped_kubelet_lists_every_image_and_says_so_in_configz(stack, tmp_path):
+    """nodeStatusMaxImages -1 (pkg/kubelet/nodestatus/setters.go Images: no cap): node status is
+    complete past 50, configz says -1, and absence is proof without the agent."""
+    fillers = [swe_smith_image("uncapped", f"repo{i}", f"{i:08x}") for i in range(55)]
+    stack.node.restart_kubelet(nodeStatusMaxImages=-1)
+    try:
+        stack.node.import_images(fillers)
+        wait_for(lambda: len(stack.node.status_names()) > 55, "the kubelet posts every image", timeout_s=90)
+        dump = tmp_path / "cluster.json"
+        assert dumped_cap(inventory_dump(stack, dump)) == "-1"
+        # From the dump, whose cap the kubelet's configz gave: the scanner's and the API's decision.
+        (verdict,) = image_preflight.decide(stack.rollout(ABSENT), image_preflight.load_inventory(dump)).verdicts
+        assert verdict.missing_on == (NODE_NAME,) and verdict.unknown_on == ()
+        # `serve` has no configz: its --max-images (50) makes the 57-image list proof of nothing.
+        code, warnings = stack.dry_run(stack.namespace(), ABSENT)
+        assert code == 0 and "Warning:" in warnings, warnings
+        assert f"node {NODE_NAME}: complete list in node status" in doctor(stack)
+    finally:
+        stack.node.remove_images(*fillers)
+        stack.node.restart_kubelet(nodeStatusMaxImages=None)
+        wait_for(lambda: len(stack.node.status_names()) < 50, "the kubelet posts fewer than 50 images",
+                 timeout_s=90)
+
+
+def test_doctor_tells_whether_the_webhook_is_registered_and_its_fix_works(stack):
+    registered = doctor(stack)
+    assert "ValidatingWebhookConfiguration image-preflight sends reviews to Service" in registered
+    assert "the apiserver calls the webhook: a dry-run Job" in registered
+    stack.plane.kubectl("delete", "validatingwebhookconfiguration", "image-preflight")
+    try:
+        gone = doctor(stack)
+        (line,) = [x for x in gone.splitlines() if "no ValidatingWebhookConfiguration holds the webhook" in x]
+        assert "kubectl apply" in line, line
+    finally:
+        stack.plane.kubectl("apply", "--server-side", "-k", str(stack.overlay))
+    wait_for(lambda: "the apiserver calls the webhook: a dry-run Job" in doctor(stack),
+             "the re-applied configuration is called", timeout_s=60, interval_s=1)
 
 
 # --- the watchdog on the kubelet's own statuses ----------------------------------------------------
@@ -322,6 +360,32 @@ def test_a_steered_pod_is_bound_to_the_node_holding_its_image_and_runs(stack):
         assert all("image-preflight.io/steered-to" in (p.metadata.annotations or {}) for p in pods)
     finally:
         stack.core.delete_node(lacking)
+
+
+def inventory_dump(stack, out: Path) -> dict:
+    done = subprocess.run([sys.executable, "-m", "image_preflight", "inventory", "dump", "--kubeconfig",
+                           str(stack.plane.kubeconfig), "--out", str(out)], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(out.read_text())
+
+
+def dumped_cap(dumped: dict) -> str | None:
+    """The cap `inventory dump` wrote for the real node (from its kubelet's configz)."""
+    (node,) = [item for item in dumped["items"] if item.get("kind", "Node") == "Node"
+               and item["metadata"]["name"] == NODE_NAME]
+    return (node["metadata"].get("annotations") or {}).get(CAP_ANNOTATION)
+
+
+def doctor(stack) -> str:
+    """`image-preflight doctor` as a user runs it beside the cluster; its findings."""
+    namespace = stack.namespace()
+    done = subprocess.run([sys.executable, "-m", "image_preflight", "doctor", "--kubeconfig",
+                           str(stack.plane.kubeconfig), "--namespace", namespace,
+                           "--webhook-address", f"127.0.0.1:{stack.served.port}"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode in (0, 1), done.stderr
+    return done.stdout
 
 
 @contextlib.contextmanager

@@ -329,15 +329,47 @@ class RealNode:
             **self.extra_config,
         }
         (self.dir / "kubelet.yaml").write_text(yaml.safe_dump(config))
+        self._run_kubelet()
+        # The apiserver reaches the kubelet through its cluster egress, as it reaches the webhook.
+        plane.network.expose(f"{self.address}:{KUBELET_PORT}", KUBELET_PORT, host=self.address)
+        self._wait_ready()
+
+    def restart_kubelet(self, **config) -> None:
+        """The kubelet stopped and started again with these KubeletConfiguration fields changed
+        (None removes one, so the kubelet's default applies); its Pods and images stay."""
+        assert self.kubelet is not None
+        self.kubelet.stop()
+        path = self.dir / "kubelet.yaml"
+        current = yaml.safe_load(path.read_text())
+        for key, value in config.items():
+            if value is None:
+                current.pop(key, None)
+            else:
+                current[key] = value
+        path.write_text(yaml.safe_dump(current))
+        self._run_kubelet()
+        self._wait_ready()
+        wait_for(lambda: self.configz().get("nodeStatusMaxImages") == current.get("nodeStatusMaxImages", 50),
+                 "the restarted kubelet's configz", timeout_s=30, interval_s=0.5)
+
+    def configz(self) -> dict:
+        """The kubelet's configz, read through the apiserver's node proxy as a user reads it."""
+        done = self.plane.kubectl("get", "--raw", f"/api/v1/nodes/{self.name}/proxy/configz", check=False)
+        return json.loads(done.stdout)["kubeletconfig"] if done.returncode == 0 else {}
+
+    def _run_kubelet(self) -> None:
+        assert self.network is not None
         self.kubelet = Process("kubelet", self.network.enter([
             shutil.which("kubelet") or "kubelet", f"--config={self.dir / 'kubelet.yaml'}",
             f"--kubeconfig={self.dir / 'kubelet.kubeconfig'}", f"--root-dir={self.dir / 'kubelet'}",
             f"--cert-dir={self.dir / 'kubelet-pki'}", f"--hostname-override={self.name}",
             f"--node-ip={self.address}", "-v=2"]), self.dir / "kubelet.log")
         self.kubelet.start()
-        # The apiserver reaches the kubelet through its cluster egress, as it reaches the webhook.
-        plane.network.expose(f"{self.address}:{KUBELET_PORT}", KUBELET_PORT, host=self.address)
-        wait_for(lambda: (self.kubelet.check_alive(), self.ready())[1], f"node {self.name} is Ready",
+
+    def _wait_ready(self) -> None:
+        assert self.kubelet is not None
+        kubelet = self.kubelet
+        wait_for(lambda: (kubelet.check_alive(), self.ready())[1], f"node {self.name} is Ready",
                  timeout_s=READY_DEADLINE_S, interval_s=0.2)
 
     def ready(self) -> bool:
