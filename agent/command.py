@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from image_preflight.agent.cri import DEFAULT_ENDPOINT, CRIError, ImageClient
-from image_preflight.agent.inventory import RENEW_WHEN_REMAINING, image_dicts, node_images_object
+from image_preflight.agent.inventory import RENEW_WHEN_REMAINING, image_dicts, node_images_object, sandbox_image_report
 from image_preflight.errors import UsageError
 
 
@@ -36,6 +36,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--exit-after-failures", type=int, default=3, metavar="N",
                         help="exit 1 after N cycles in a row without an answer from the runtime, so the "
                         "kubelet restarts the container with a fresh socket mount (0: never; default %(default)s)")
+    parser.add_argument("--no-image-events", dest="image_events", action="store_false",
+                        help="only list every --interval; by default containerd's image events also trigger a list"
+                        " within about a second")
+    parser.add_argument("--sandbox-image", metavar="IMAGE",
+                        help="the runtime's sandbox (pause) image, reported when the runtime does not name it over CRI"
+                        " (containerd 2.x: its pinned_images.sandbox); a name from the runtime wins")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--publish", action="store_true", help="keep the NodeImages object current until SIGTERM")
@@ -62,16 +68,18 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     with images:
         if args.print:
-            return _print(images, node, args.lease)
+            return _print(images, node, args.lease, args.sandbox_image)
         return _publish(images, node, args)
 
 
-def _print(images: ImageClient, node: str, lease: int) -> int:
+def _print(images: ImageClient, node: str, lease: int, sandbox_fallback: str | None) -> int:
     try:
         listed = image_dicts(images.list_images())
+        sandbox = images.sandbox_image() or sandbox_fallback
     except CRIError as exc:
         raise UsageError(str(exc)) from None
-    obj = node_images_object(node, listed, observed_at=time.time(), lease_seconds=lease)
+    obj = node_images_object(node, listed, observed_at=time.time(), lease_seconds=lease,
+                             sandbox_image=sandbox_image_report(sandbox, listed) if sandbox else None)
     json.dump(obj, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
@@ -85,15 +93,16 @@ def _publish(images: ImageClient, node: str, args: argparse.Namespace) -> int:
     log = logging.getLogger("agent")
     api = api_client(args.kubeconfig)
     agent = Agent(images, Publisher(api, node, lease_seconds=args.lease), interval=args.interval,
-                  exit_after_failures=args.exit_after_failures)
+                  exit_after_failures=args.exit_after_failures, image_events=args.image_events,
+                  sandbox_image=args.sandbox_image)
     stop = threading.Event()
     finished: list[bool] = []
     # The loop runs in a thread and the main thread only joins it, so the signal handler never
     # interrupts code holding the event's lock.
     worker = threading.Thread(target=lambda: finished.append(agent.run(stop)), name="agent", daemon=True)
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    log.info("publishing %s from %s every %g s, lease %d s", agent.publisher.where, images.endpoint,
-             args.interval, args.lease)
+    log.info("publishing %s from %s every %g s%s, lease %d s", agent.publisher.where, images.endpoint,
+             args.interval, " and on image events" if args.image_events else "", args.lease)
     try:
         worker.start()
         while worker.is_alive():

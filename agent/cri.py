@@ -6,8 +6,9 @@ socket is the list kubelet itself works from.
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,10 @@ _CHANNEL_OPTIONS = (
 
 class CRIError(Exception):
     """The runtime could not be asked; the message is one line naming the endpoint."""
+
+    def __init__(self, message: str, *, unimplemented: bool = False) -> None:
+        super().__init__(message)
+        self.unimplemented = unimplemented
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +62,26 @@ def socket_path(endpoint: str) -> str:
             f"unsupported CRI endpoint {endpoint!r}: expected unix:///path or an absolute socket path"
         )
     return path
+
+
+def sandbox_image_from_info(info: Mapping[str, str]) -> str | None:
+    """The sandbox image named in a verbose Status answer's `info`, or None.
+
+    containerd 1.x writes its CRI config as JSON under "config", the image as `sandboxImage`.
+    containerd 2.x moved it to the image service's `pinned_images` ("sandbox" key), which its
+    Status does not include today; read it there too, should a release add it.
+    """
+    try:
+        config = json.loads(info.get("config") or "null")
+    except ValueError:
+        return None
+    if not isinstance(config, dict):
+        return None
+    name = config.get("sandboxImage")
+    if not name:
+        pinned = config.get("pinned_images")
+        name = pinned.get("sandbox") if isinstance(pinned, dict) else None
+    return name if isinstance(name, str) and name else None
 
 
 class ImageClient:
@@ -100,6 +125,19 @@ class ImageClient:
             runtime_api_version=response.runtime_api_version,
         )
 
+    def sandbox_image(self) -> str | None:
+        """The image the runtime starts every pod sandbox from, or None when the runtime does not
+        say (containerd 2.x keeps it out of Status; CRI-O too; a runtime without Status)."""
+        try:
+            response = self._call(
+                "RuntimeService/Status", self._runtime.Status, cri_pb2.StatusRequest(verbose=True)
+            )
+        except CRIError as exc:
+            if exc.unimplemented:
+                return None
+            raise
+        return sandbox_image_from_info(response.info)
+
     def close(self) -> None:
         if not self._closed:
             self._closed = True
@@ -117,7 +155,8 @@ class ImageClient:
         try:
             return rpc(request, timeout=self.timeout)
         except grpc.RpcError as err:
-            raise CRIError(self._describe(method, err)) from None
+            unimplemented = isinstance(err, grpc.Call) and err.code() == grpc.StatusCode.UNIMPLEMENTED
+            raise CRIError(self._describe(method, err), unimplemented=unimplemented) from None
 
     def _describe(self, method: str, err: grpc.RpcError) -> str:
         code = err.code() if isinstance(err, grpc.Call) else None

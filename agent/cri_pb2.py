@@ -13,35 +13,47 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\tcri.proto\x12\nruntime.v1\"!\n\x0eVersionRequest\x12\x0f\n\x07version\x18\x01 \x01(\t\"n\n\x0fVersionResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x14\n\x0cruntime_name\x18\x02 \x01(\t\x12\x17\n\x0fruntime_version\x18\x03 \x01(\t\x12\x1b\n\x13runtime_api_version\x18\x04 \x01(\t\"\x1b\n\nInt64Value\x12\r\n\x05value\x18\x01 \x01(\x03\"\xd5\x01\n\tImageSpec\x12\r\n\x05image\x18\x01 \x01(\t\x12;\n\x0b\x61nnotations\x18\x02 \x03(\x0b\x32&.runtime.v1.ImageSpec.AnnotationsEntry\x12\x1c\n\x14user_specified_image\x18\x12 \x01(\t\x12\x17\n\x0fruntime_handler\x18\x13 \x01(\t\x12\x11\n\timage_ref\x18\x14 \x01(\t\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"3\n\x0bImageFilter\x12$\n\x05image\x18\x01 \x01(\x0b\x32\x15.runtime.v1.ImageSpec\"<\n\x11ListImagesRequest\x12\'\n\x06\x66ilter\x18\x01 \x01(\x0b\x32\x17.runtime.v1.ImageFilter\"\xb6\x01\n\x05Image\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\trepo_tags\x18\x02 \x03(\t\x12\x14\n\x0crepo_digests\x18\x03 \x03(\t\x12\x0c\n\x04size\x18\x04 \x01(\x04\x12#\n\x03uid\x18\x05 \x01(\x0b\x32\x16.runtime.v1.Int64Value\x12\x10\n\x08username\x18\x06 \x01(\t\x12#\n\x04spec\x18\x07 \x01(\x0b\x32\x15.runtime.v1.ImageSpec\x12\x0e\n\x06pinned\x18\x08 \x01(\x08\"7\n\x12ListImagesResponse\x12!\n\x06images\x18\x01 \x03(\x0b\x32\x11.runtime.v1.Image2V\n\x0eRuntimeService\x12\x44\n\x07Version\x12\x1a.runtime.v1.VersionRequest\x1a\x1b.runtime.v1.VersionResponse\"\x00\x32]\n\x0cImageService\x12M\n\nListImages\x12\x1d.runtime.v1.ListImagesRequest\x1a\x1e.runtime.v1.ListImagesResponse\"\x00\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\tcri.proto\x12\nruntime.v1\"!\n\x0eVersionRequest\x12\x0f\n\x07version\x18\x01 \x01(\t\"n\n\x0fVersionResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x14\n\x0cruntime_name\x18\x02 \x01(\t\x12\x17\n\x0fruntime_version\x18\x03 \x01(\t\x12\x1b\n\x13runtime_api_version\x18\x04 \x01(\t\"Q\n\x10RuntimeCondition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\"A\n\rRuntimeStatus\x12\x30\n\nconditions\x18\x01 \x03(\x0b\x32\x1c.runtime.v1.RuntimeCondition\" \n\rStatusRequest\x12\x0f\n\x07verbose\x18\x01 \x01(\x08\"\x9c\x01\n\x0eStatusResponse\x12)\n\x06status\x18\x01 \x01(\x0b\x32\x19.runtime.v1.RuntimeStatus\x12\x32\n\x04info\x18\x02 \x03(\x0b\x32$.runtime.v1.StatusResponse.InfoEntry\x1a+\n\tInfoEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1b\n\nInt64Value\x12\r\n\x05value\x18\x01 \x01(\x03\"\xd5\x01\n\tImageSpec\x12\r\n\x05image\x18\x01 \x01(\t\x12;\n\x0b\x61nnotations\x18\x02 \x03(\x0b\x32&.runtime.v1.ImageSpec.AnnotationsEntry\x12\x1c\n\x14user_specified_image\x18\x12 \x01(\t\x12\x17\n\x0fruntime_handler\x18\x13 \x01(\t\x12\x11\n\timage_ref\x18\x14 \x01(\t\x1a\x32\n\x10\x41nnotationsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"3\n\x0bImageFilter\x12$\n\x05image\x18\x01 \x01(\x0b\x32\x15.runtime.v1.ImageSpec\"<\n\x11ListImagesRequest\x12\'\n\x06\x66ilter\x18\x01 \x01(\x0b\x32\x17.runtime.v1.ImageFilter\"\xb6\x01\n\x05Image\x12\n\n\x02id\x18\x01 \x01(\t\x12\x11\n\trepo_tags\x18\x02 \x03(\t\x12\x14\n\x0crepo_digests\x18\x03 \x03(\t\x12\x0c\n\x04size\x18\x04 \x01(\x04\x12#\n\x03uid\x18\x05 \x01(\x0b\x32\x16.runtime.v1.Int64Value\x12\x10\n\x08username\x18\x06 \x01(\t\x12#\n\x04spec\x18\x07 \x01(\x0b\x32\x15.runtime.v1.ImageSpec\x12\x0e\n\x06pinned\x18\x08 \x01(\x08\"7\n\x12ListImagesResponse\x12!\n\x06images\x18\x01 \x03(\x0b\x32\x11.runtime.v1.Image2\x99\x01\n\x0eRuntimeService\x12\x44\n\x07Version\x12\x1a.runtime.v1.VersionRequest\x1a\x1b.runtime.v1.VersionResponse\"\x00\x12\x41\n\x06Status\x12\x19.runtime.v1.StatusRequest\x1a\x1a.runtime.v1.StatusResponse\"\x00\x32]\n\x0cImageService\x12M\n\nListImages\x12\x1d.runtime.v1.ListImagesRequest\x1a\x1e.runtime.v1.ListImagesResponse\"\x00\x62\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'cri_pb2', globals())
 if _descriptor._USE_C_DESCRIPTORS == False:
 
   DESCRIPTOR._options = None
+  _STATUSRESPONSE_INFOENTRY._options = None
+  _STATUSRESPONSE_INFOENTRY._serialized_options = b'8\001'
   _IMAGESPEC_ANNOTATIONSENTRY._options = None
   _IMAGESPEC_ANNOTATIONSENTRY._serialized_options = b'8\001'
   _VERSIONREQUEST._serialized_start=25
   _VERSIONREQUEST._serialized_end=58
   _VERSIONRESPONSE._serialized_start=60
   _VERSIONRESPONSE._serialized_end=170
-  _INT64VALUE._serialized_start=172
-  _INT64VALUE._serialized_end=199
-  _IMAGESPEC._serialized_start=202
-  _IMAGESPEC._serialized_end=415
-  _IMAGESPEC_ANNOTATIONSENTRY._serialized_start=365
-  _IMAGESPEC_ANNOTATIONSENTRY._serialized_end=415
-  _IMAGEFILTER._serialized_start=417
-  _IMAGEFILTER._serialized_end=468
-  _LISTIMAGESREQUEST._serialized_start=470
-  _LISTIMAGESREQUEST._serialized_end=530
-  _IMAGE._serialized_start=533
-  _IMAGE._serialized_end=715
-  _LISTIMAGESRESPONSE._serialized_start=717
-  _LISTIMAGESRESPONSE._serialized_end=772
-  _RUNTIMESERVICE._serialized_start=774
-  _RUNTIMESERVICE._serialized_end=860
-  _IMAGESERVICE._serialized_start=862
-  _IMAGESERVICE._serialized_end=955
+  _RUNTIMECONDITION._serialized_start=172
+  _RUNTIMECONDITION._serialized_end=253
+  _RUNTIMESTATUS._serialized_start=255
+  _RUNTIMESTATUS._serialized_end=320
+  _STATUSREQUEST._serialized_start=322
+  _STATUSREQUEST._serialized_end=354
+  _STATUSRESPONSE._serialized_start=357
+  _STATUSRESPONSE._serialized_end=513
+  _STATUSRESPONSE_INFOENTRY._serialized_start=470
+  _STATUSRESPONSE_INFOENTRY._serialized_end=513
+  _INT64VALUE._serialized_start=515
+  _INT64VALUE._serialized_end=542
+  _IMAGESPEC._serialized_start=545
+  _IMAGESPEC._serialized_end=758
+  _IMAGESPEC_ANNOTATIONSENTRY._serialized_start=708
+  _IMAGESPEC_ANNOTATIONSENTRY._serialized_end=758
+  _IMAGEFILTER._serialized_start=760
+  _IMAGEFILTER._serialized_end=811
+  _LISTIMAGESREQUEST._serialized_start=813
+  _LISTIMAGESREQUEST._serialized_end=873
+  _IMAGE._serialized_start=876
+  _IMAGE._serialized_end=1058
+  _LISTIMAGESRESPONSE._serialized_start=1060
+  _LISTIMAGESRESPONSE._serialized_end=1115
+  _RUNTIMESERVICE._serialized_start=1118
+  _RUNTIMESERVICE._serialized_end=1271
+  _IMAGESERVICE._serialized_start=1273
+  _IMAGESERVICE._serialized_end=1366
 # @@protoc_insertion_point(module_scope)

@@ -70,6 +70,45 @@ class ListImagesResponse(_message.Message):
     images: _containers.RepeatedCompositeFieldContainer[Image]
     def __init__(self, images: _Optional[_Iterable[_Union[Image, _Mapping]]] = ...) -> None: ...
 
+class RuntimeCondition(_message.Message):
+    __slots__ = ["message", "reason", "status", "type"]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    reason: str
+    status: bool
+    type: str
+    def __init__(self, type: _Optional[str] = ..., status: bool = ..., reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class RuntimeStatus(_message.Message):
+    __slots__ = ["conditions"]
+    CONDITIONS_FIELD_NUMBER: _ClassVar[int]
+    conditions: _containers.RepeatedCompositeFieldContainer[RuntimeCondition]
+    def __init__(self, conditions: _Optional[_Iterable[_Union[RuntimeCondition, _Mapping]]] = ...) -> None: ...
+
+class StatusRequest(_message.Message):
+    __slots__ = ["verbose"]
+    VERBOSE_FIELD_NUMBER: _ClassVar[int]
+    verbose: bool
+    def __init__(self, verbose: bool = ...) -> None: ...
+
+class StatusResponse(_message.Message):
+    __slots__ = ["info", "status"]
+    class InfoEntry(_message.Message):
+        __slots__ = ["key", "value"]
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    INFO_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    info: _containers.ScalarMap[str, str]
+    status: RuntimeStatus
+    def __init__(self, status: _Optional[_Union[RuntimeStatus, _Mapping]] = ..., info: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
 class VersionRequest(_message.Message):
     __slots__ = ["version"]
     VERSION_FIELD_NUMBER: _ClassVar[int]

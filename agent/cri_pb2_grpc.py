@@ -19,6 +19,11 @@ class RuntimeServiceStub(object):
                 request_serializer=cri__pb2.VersionRequest.SerializeToString,
                 response_deserializer=cri__pb2.VersionResponse.FromString,
                 )
+        self.Status = channel.unary_unary(
+                '/runtime.v1.RuntimeService/Status',
+                request_serializer=cri__pb2.StatusRequest.SerializeToString,
+                response_deserializer=cri__pb2.StatusResponse.FromString,
+                )
 
 
 class RuntimeServiceServicer(object):
@@ -31,6 +36,13 @@ class RuntimeServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Status(self, request, context):
+        """Status returns the status of the runtime.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_RuntimeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -38,6 +50,11 @@ def add_RuntimeServiceServicer_to_server(servicer, server):
                     servicer.Version,
                     request_deserializer=cri__pb2.VersionRequest.FromString,
                     response_serializer=cri__pb2.VersionResponse.SerializeToString,
+            ),
+            'Status': grpc.unary_unary_rpc_method_handler(
+                    servicer.Status,
+                    request_deserializer=cri__pb2.StatusRequest.FromString,
+                    response_serializer=cri__pb2.StatusResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -63,6 +80,23 @@ class RuntimeService(object):
         return grpc.experimental.unary_unary(request, target, '/runtime.v1.RuntimeService/Version',
             cri__pb2.VersionRequest.SerializeToString,
             cri__pb2.VersionResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def Status(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/runtime.v1.RuntimeService/Status',
+            cri__pb2.StatusRequest.SerializeToString,
+            cri__pb2.StatusResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 

@@ -7,6 +7,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 
 from image_preflight.agent.cri import RuntimeImage
+from image_preflight.core.images import InvalidReference
+from image_preflight.core.inventory import image_key
 from image_preflight.core.runtime_inventory import parse_time, runtime_object
 
 # Publish again once less than this share of the lease remains: a missed cycle or a slow
@@ -49,19 +51,51 @@ def fingerprint(images: Sequence[Mapping]) -> str:
     return hashlib.sha256(json.dumps(canonical, separators=(",", ":")).encode()).hexdigest()
 
 
-def node_images_object(node: str, images: Sequence[Mapping], *, observed_at: float, lease_seconds: int) -> dict:
-    """The NodeImages object; `spec.imageCount` is for `kubectl get` only (readers count `images`)."""
-    obj = runtime_object(node, images, observed_at=observed_at, lease_seconds=lease_seconds)
+def sandbox_image_report(name: str, images: Sequence[Mapping]) -> dict:
+    """`spec.sandboxImage`: the runtime's sandbox image and whether `images` hold it, compared as
+    containerd's CRI resolves it (an image ID as is, else the normalised name: ParseDockerRef)."""
+    try:
+        wanted = image_key(name)
+    except InvalidReference:  # the runtime cannot resolve it either
+        return {"name": name, "present": False}
+    present = any(
+        wanted == image.get("id")
+        or wanted in _keys([*(image.get("repoTags") or ()), *(image.get("repoDigests") or ())])
+        for image in images
+    )
+    return {"name": name, "present": present}
+
+
+def _keys(names: Iterable[str]) -> set[str]:
+    keys = set()
+    for name in names:
+        try:
+            keys.add(image_key(name))
+        except InvalidReference:  # a runtime name such as "<none>:<none>"
+            continue
+    return keys
+
+
+def node_images_object(
+    node: str, images: Sequence[Mapping], *, observed_at: float, lease_seconds: int,
+    sandbox_image: Mapping | None = None,
+) -> dict:
+    """The NodeImages object; `spec.imageCount` is for `kubectl get` only (readers count `images`).
+    `sandbox_image` (sandbox_image_report) becomes `spec.sandboxImage`; None leaves it out."""
+    obj = runtime_object(node, images, observed_at=observed_at, lease_seconds=lease_seconds,
+                         sandbox_image=sandbox_image)
     obj["spec"]["imageCount"] = len(images)
     return obj
 
 
 def publish_reason(
-    stored: Mapping | None, images: Sequence[Mapping], *, now: float, lease_seconds: int
+    stored: Mapping | None, images: Sequence[Mapping], *, now: float, lease_seconds: int,
+    sandbox_image: Mapping | None = None,
 ) -> str | None:
     """Why the object must be written now (CREATE, CHANGED, RENEW), or None to leave it.
 
-    `stored` is the object as last read from or written to the apiserver.
+    `stored` is the object as last read from or written to the apiserver; `sandbox_image` the
+    `spec.sandboxImage` it should carry (None: none).
     """
     if stored is None:
         return CREATE
@@ -73,6 +107,8 @@ def publish_reason(
         if fingerprint(stored_images) != fingerprint(images):
             return CHANGED
     except (TypeError, ValueError):  # an object someone else wrote badly: ours replaces it
+        return CHANGED
+    if spec.get("sandboxImage") != (dict(sandbox_image) if sandbox_image is not None else None):
         return CHANGED
     if spec.get("leaseDurationSeconds") != lease_seconds:
         return RENEW

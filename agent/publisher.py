@@ -10,13 +10,14 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
 from image_preflight.agent.cri import CRIError, ImageClient
-from image_preflight.agent.inventory import image_dicts, node_images_object, publish_reason
+from image_preflight.agent.events import ImageEvents
+from image_preflight.agent.inventory import image_dicts, node_images_object, publish_reason, sandbox_image_report
 from image_preflight.kube.watch import describe_error
 from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION
 
@@ -41,21 +42,29 @@ class Publisher:
         self.lease_seconds = lease_seconds
         self._stored: dict | None = None  # the object as last read or written
         self._known = False  # False: _stored may be out of date, read before deciding
+        # The apiserver dropped spec.sandboxImage (a CRD from before it): sending it again would make
+        # every cycle see a change and write.
+        self.sandbox_image_pruned = False
 
     @property
     def stored(self) -> dict | None:
         return self._stored
 
-    def publish(self, images: list[dict], *, now: float) -> str | None:
-        """Write the object if due; returns why it was written (see agent.inventory), or None."""
+    def publish(self, images: list[dict], *, now: float, sandbox_image: Mapping | None = None) -> str | None:
+        """Write the object if due; returns why it was written (see agent.inventory), or None.
+        `sandbox_image` is `spec.sandboxImage` (agent.inventory.sandbox_image_report), None for none."""
+        if self.sandbox_image_pruned:
+            sandbox_image = None
         for _ in range(_MAX_ATTEMPTS):
             if not self._known:
                 self._stored = self._read()
                 self._known = True
-            reason = publish_reason(self._stored, images, now=now, lease_seconds=self.lease_seconds)
+            reason = publish_reason(self._stored, images, now=now, lease_seconds=self.lease_seconds,
+                                    sandbox_image=sandbox_image)
             if reason is None:
                 return None
-            body = node_images_object(self.node, images, observed_at=now, lease_seconds=self.lease_seconds)
+            body = node_images_object(self.node, images, observed_at=now, lease_seconds=self.lease_seconds,
+                                      sandbox_image=sandbox_image)
             self._known = False  # a write that fails in any way leaves the stored object unknown
             try:
                 self._stored = self._write(body)
@@ -64,6 +73,11 @@ class Publisher:
                     raise PublishError(f"{self.where}: cannot write: {describe_error(exc)}") from None
                 continue
             self._known = True
+            if sandbox_image is not None and "sandboxImage" not in (self._stored.get("spec") or {}):
+                self.sandbox_image_pruned = True
+                log.warning("%s: the apiserver dropped spec.sandboxImage, so its NodeImages CRD predates it;"
+                            " apply deploy/agent/crd.yaml and restart the agent to report the sandbox image",
+                            self.where)
             return reason
         raise PublishError(f"{self.where}: still conflicting after {_MAX_ATTEMPTS} attempts")
 
@@ -96,8 +110,18 @@ class Publisher:
         return f"{PLURAL}/{self.node}"
 
 
+# After an image event, list once no further event has come for QUIET_S (an import of many
+# images sends many), but no later than COALESCE_MAX_S after the first.
+QUIET_S = 0.2
+COALESCE_MAX_S = 1.0
+# containerd's CRI plugin learns of an image change from the same event, so one more list this
+# long after an event-driven one catches what it had not taken in yet.
+CONFIRM_AFTER_S = 1.0
+
+
 class Agent:
-    """List the runtime's images every `interval` seconds and publish them."""
+    """List the runtime's images every `interval` seconds, and soon after each image event when
+    `image_events` (containerd's events service on the same socket), and publish them."""
 
     def __init__(
         self,
@@ -106,15 +130,27 @@ class Agent:
         *,
         interval: float,
         exit_after_failures: int = 3,
+        image_events: bool = True,
+        sandbox_image: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.images = images
         self.publisher = publisher
         self.interval = interval
         self.exit_after_failures = exit_after_failures
+        self.image_events = image_events
         self.clock = clock
         self.cri_failures = 0  # consecutive
         self.cycles = 0
+        self.sandbox_image_fallback = sandbox_image  # for runtimes that do not name theirs (containerd 2.x)
+        self.sandbox_image: str | None = None  # as the runtime last named it
+        self._sandbox_present: bool | None = None  # None: not known yet
+        self._wake = threading.Event()  # set by image events and by stop
+        self.events: ImageEvents | None = None
+
+    def wake(self) -> None:
+        """Run a cycle soon (after QUIET_S without another wake), not at the next interval."""
+        self._wake.set()
 
     def cycle(self) -> bool:
         """One list and (if due) publish; False when the runtime could not be asked."""
@@ -130,8 +166,9 @@ class Agent:
         if self.cri_failures:
             log.info("CRI endpoint %s answers again", self.images.endpoint)
             self.cri_failures = 0
+        sandbox = self._sandbox_report(images)
         try:
-            reason = self.publisher.publish(images, now=self.clock())
+            reason = self.publisher.publish(images, now=self.clock(), sandbox_image=sandbox)
         except PublishError as exc:
             log.warning("%s; retrying in %g s", exc, self.interval)
             return True
@@ -142,12 +179,71 @@ class Agent:
             log.info("%s: written (%s, %d images)", self.publisher.where, reason, len(images))
         return True
 
+    def _sandbox_report(self, images: list[dict]) -> dict | None:
+        """spec.sandboxImage for this list; a Status call costs well under a millisecond."""
+        try:
+            self.sandbox_image = self.images.sandbox_image()
+        except CRIError as exc:  # ListImages answered a moment ago: keep the name last named
+            log.debug("%s; keeping the sandbox image last named", exc)
+        name = self.sandbox_image or self.sandbox_image_fallback
+        if name is None:
+            return None
+        report = sandbox_image_report(name, images)
+        if report["present"] != self._sandbox_present:
+            if not report["present"]:
+                log.warning("sandbox image %s is not on the runtime at %s: every pod sandbox needs it, so unless"
+                            " the runtime can pull it, pods here wait in ContainerCreating (FailedCreatePodSandBox)",
+                            name, self.images.endpoint)
+            elif self._sandbox_present is not None:
+                log.info("sandbox image %s is on the runtime again", name)
+            self._sandbox_present = report["present"]
+        return report
+
     def run(self, stop: threading.Event) -> bool:
         """Cycle until `stop` is set (True), or until the runtime has failed
         `exit_after_failures` cycles in a row (False; 0 never gives up)."""
-        while not stop.is_set():
-            self.cycle()
-            if self.exit_after_failures and self.cri_failures >= self.exit_after_failures:
-                return False
-            stop.wait(self.interval)
+        finished = threading.Event()
+        # threading.Event has no callbacks: this thread turns `stop` into a wake and ends the
+        # subscription at once; it polls only to notice that run() returned on its own.
+        relay = threading.Thread(target=self._relay_stop, args=(stop, finished), name="agent-stop", daemon=True)
+        relay.start()
+        if self.image_events:
+            self.events = ImageEvents(self.images.endpoint, self.wake, on_unavailable=self._events_unavailable)
+            self.events.start()
+        try:
+            confirm = False
+            while not stop.is_set():
+                self.cycle()
+                if self.exit_after_failures and self.cri_failures >= self.exit_after_failures:
+                    return False
+                # After an event-driven cycle, one more after CONFIRM_AFTER_S unless woken again.
+                confirm = self._sleep(stop, CONFIRM_AFTER_S if confirm else self.interval)
+        finally:
+            finished.set()  # the relay ends within its poll
+            if self.events is not None:
+                self.events.close()
         return True
+
+    def _sleep(self, stop: threading.Event, timeout: float) -> bool:
+        """Until `timeout` passes (False) or a burst of wakes is over (True)."""
+        if not self._wake.wait(timeout) or stop.is_set():
+            return False
+        deadline = time.monotonic() + COALESCE_MAX_S
+        while True:
+            self._wake.clear()  # cleared before the list: a wake during it runs another cycle
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not self._wake.wait(min(QUIET_S, remaining)):
+                return True
+            if stop.is_set():
+                return False
+
+    def _relay_stop(self, stop: threading.Event, finished: threading.Event) -> None:
+        while not stop.wait(1.0):
+            if finished.is_set():
+                return
+        self._wake.set()
+        if self.events is not None:
+            self.events.close()
+
+    def _events_unavailable(self, reason: str) -> None:
+        log.warning("image events unavailable: %s; listing every %g s", reason, self.interval)

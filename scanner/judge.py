@@ -10,19 +10,21 @@ from image_preflight.scanner.slots import Shape, shape_of, substitute, survives_
 from image_preflight.scanner.render import MISSING, JobTemplate, RowError, as_sent, image_template, lookup, reach
 from image_preflight.core import decision as core
 from image_preflight.core.inventory import Inventory
+from image_preflight.core.messages import sandbox_clauses
 from image_preflight.core.scheduling import SchedulingSpecError
 from image_preflight.core.workloads import WorkloadError, pod_spec_of
 
 # Why a row is dropped (or kept).
 KEPT = "kept"
-MISSING_IMAGE, UNKNOWN, UNRENDERABLE, INVALID, NO_ELIGIBLE_NODE = (
+MISSING_IMAGE, UNKNOWN, UNRENDERABLE, INVALID, NO_ELIGIBLE_NODE, NO_SANDBOX = (
     "missing",
     "unknown",
     "unrenderable",
     "invalid",
     "no-eligible-node",
+    "no-sandbox-image",  # a node it may land on starts no pod at all: its runtime lacks the pause image
 )
-DROP_REASONS = (MISSING_IMAGE, UNKNOWN, UNRENDERABLE, INVALID, NO_ELIGIBLE_NODE)
+DROP_REASONS = (MISSING_IMAGE, UNKNOWN, UNRENDERABLE, INVALID, NO_ELIGIBLE_NODE, NO_SANDBOX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,8 +199,15 @@ def verdict_of(decision: core.Decision, *, keep_unknown: bool = False) -> RowVer
         reasons = "; ".join(f"{count} {reason}" for reason, count in decision.ineligible) or "no nodes in the inventory"
         return RowVerdict(NO_ELIGIBLE_NODE, detail=reasons)
     if decision.outcome == core.DENY:
-        missing = decision.with_status(core.MISSING)
-        return RowVerdict(MISSING_IMAGE, _images(missing), _nodes(v.missing_on for v in missing))
+        # Only images some node really lacks go to the build list; a node without its sandbox
+        # image is named once, for that (core/decision.py, Decision.image_missing_on).
+        missing = [v for v in decision.with_status(core.MISSING) if decision.image_missing_on(v)]
+        if missing:
+            return RowVerdict(MISSING_IMAGE, _images(missing), _nodes(decision.image_missing_on(v) for v in missing))
+        if decision.sandbox_missing:
+            return RowVerdict(NO_SANDBOX, nodes=tuple(dict.fromkeys(n for n, _ in decision.sandbox_missing)),
+                              detail="; ".join(sandbox_clauses(decision)))
+        return RowVerdict(MISSING_IMAGE)
     if decision.outcome == core.UNKNOWN and not keep_unknown:
         unknown = decision.with_status(core.UNKNOWN)
         # No node named: say why (a RuntimeClass the inventory does not hold).

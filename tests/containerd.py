@@ -25,6 +25,8 @@ import pytest
 from image_preflight.agent import cri_pb2, cri_pb2_grpc
 
 NAMESPACE = "k8s.io"  # the containerd namespace the CRI plugin serves
+# The runtime's sandbox image: absent until a test imports it, as on a node that lost it.
+SANDBOX_IMAGE = "localhost/image-preflight/pause:never-pulled"
 START_DEADLINE_S = 30.0
 STOP_DEADLINE_S = 10.0
 POLL_INTERVAL_S = 0.05
@@ -46,7 +48,7 @@ disabled_plugins = [{disabled}]
     path = "{opt}"
   [plugins."io.containerd.grpc.v1.cri"]
     # Only pulled when a pod sandbox starts, which these tests never do.
-    sandbox_image = "localhost/image-preflight/pause:never-pulled"
+    sandbox_image = "{sandbox}"
     disable_apparmor = true
     stream_server_address = "127.0.0.1"
     stream_server_port = "0"
@@ -98,6 +100,7 @@ class Containerd:
                     cni_bin=os.path.join(self.dir, "cni", "bin"),
                     cni_conf=os.path.join(self.dir, "cni", "conf"),
                     disabled=", ".join(json.dumps(p) for p in disabled),
+                    sandbox=SANDBOX_IMAGE,
                 )
             )
 

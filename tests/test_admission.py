@@ -432,6 +432,37 @@ def test_unknown_deny_in_warn_and_audit_modes_still_allows():
         assert outcome.decision == decision
 
 
+PAUSE = "registry.k8s.io/pause:3.10.1"
+
+
+def _without_sandbox() -> Inventory:
+    """cpu-2's node agent reports that its runtime lacks its sandbox image (spec.sandboxImage)."""
+    lacking = NodeImages.from_names("cpu-2", [HELD], traits=NodeTraits("cpu-2", {"pool": "cpu"}), source="cri",
+                                    observed_at=NOW, expires_at=NOW + 300, sandbox_missing=PAUSE)
+    return Inventory((node("cpu-1", HELD), lacking))
+
+
+@pytest.mark.parametrize("policy", ["IfNotPresent", "Always"])
+def test_a_node_whose_runtime_lacks_its_sandbox_image_denies_what_may_land_there(policy):
+    outcome = decide(review(workload("Job", pod_spec(HELD, policy=policy))), _without_sandbox())
+    reply = response(outcome)
+    assert reply["allowed"] is False and reply["status"]["code"] == 422 and reply["status"]["reason"] == "Invalid"
+    message = reply["status"]["message"]
+    assert message.startswith(f"invalid: eligible node(s) cpu-2 cannot start any pod: the container runtime lacks "
+                              f"its sandbox image '{PAUSE}'")
+    assert "cpu-1" not in message and messages.ADVICE not in message  # no image is missing anywhere
+    assert agent_lightning_fails_at_once(apiserver_error(message))
+    pinned = decide(review(workload("Job", pod_spec(HELD, policy=policy, nodeName="cpu-1"))), _without_sandbox())
+    assert response(pinned)["allowed"] is True
+
+
+def test_a_node_without_its_sandbox_image_is_only_named_in_warn_mode():
+    reply = response(decide(review(workload("Job", pod_spec(HELD))), _without_sandbox(), mode=WARN))
+    assert reply["allowed"] is True
+    assert reply["warnings"] == [f"image-preflight: node(s) cpu-2 cannot start any pod: the runtime lacks its "
+                                 f"sandbox image {PAUSE}"]
+
+
 def test_always_images_are_allowed_with_a_not_checked_warning():
     outcome = decide(review(workload("Job", pod_spec(ABSENT, policy="Always"))))
     reply = response(outcome)

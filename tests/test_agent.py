@@ -4,6 +4,7 @@ client to the real control plane; to the in-process double only for injected err
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -21,10 +22,11 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from image_preflight.agent.cri import ImageClient, RuntimeImage
-from image_preflight.agent.inventory import CHANGED, CREATE, RENEW, fingerprint, image_dicts, node_images_object
+from image_preflight.agent.inventory import (
+    CHANGED, CREATE, RENEW, fingerprint, image_dicts, node_images_object, publish_reason, sandbox_image_report)
 from image_preflight.agent.publisher import Agent, PublishError, Publisher
 from image_preflight.cli import build_parser, main
-from tests.containerd import Containerd, build_oci_archive_many, import_image, manifest_digest, remove, tag
+from tests.containerd import SANDBOX_IMAGE, Containerd, build_oci_archive_many, import_image, manifest_digest, remove, tag
 from tests.controlplane.cluster import ControlPlane
 from tests.fake_apiserver import FakeApiServer
 from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION, format_time, parse_time
@@ -37,6 +39,7 @@ ALPHA = "docker.io/library/alpha:v1"
 SWE = "docker.io/swebench/sweb.eval.x86_64.astropy__astropy-12907:openai"
 TOOL = "registry.example.com:5000/team/tool:2.0"
 T0 = 1_800_000_000.0  # a whole second, so observedAt round-trips exactly
+SANDBOX = SANDBOX_IMAGE
 
 
 def wait_until(condition: Callable[[], object], what: str) -> None:
@@ -187,6 +190,16 @@ def test_print_lists_every_imported_image_with_its_tags_and_digests(containerd, 
     assert {"docker.io/library/alpha:v2", by_digest, TOOL} <= node.refs
 
 
+def test_print_reports_whether_the_runtime_holds_its_sandbox_image(containerd, tmp_path, capsys):
+    assert printed(capsys, containerd.endpoint)["spec"]["sandboxImage"] == {"name": SANDBOX, "present": False}
+    import_images(containerd, tmp_path, [SANDBOX])
+    obj = printed_when(capsys, containerd.endpoint, lambda images: len(images) == 1)
+    assert obj["spec"]["sandboxImage"] == {"name": SANDBOX, "present": True}
+    # The runtime's own answer wins over --sandbox-image, which is for runtimes that name none.
+    obj = printed(capsys, containerd.endpoint, "--sandbox-image", "registry.k8s.io/pause:3.10")
+    assert obj["spec"]["sandboxImage"] == {"name": SANDBOX, "present": True}
+
+
 def test_print_takes_the_node_from_node_name_and_the_lease_from_the_flag(containerd, capsys, monkeypatch):
     monkeypatch.setenv("NODE_NAME", "from-downward-api")
     assert main(["agent", "--print", "--cri-endpoint", containerd.endpoint, "--lease", "90"]) == 0
@@ -241,6 +254,31 @@ def test_published_list_follows_tags_added_and_removed(containerd, tmp_path, cap
     assert names_by_id(published) == {ids[ALPHA]: (sorted([ALPHA, extra]), []), ids[SWE]: ([], [])}
     assert cluster.writes() == ["create", "update", "update"]
     assert agent.cri_failures == 0
+
+
+def test_the_published_sandbox_image_follows_the_runtime_and_is_warned_about_once_each_way(
+    containerd, tmp_path, cluster, running, caplog
+):
+    caplog.set_level(logging.INFO, logger="image_preflight.agent")
+    agent = running(containerd.endpoint)
+    wait_until(cluster.stored, "the object is created")
+    assert cluster.stored()["spec"]["sandboxImage"] == {"name": SANDBOX, "present": False}
+    cycles = agent.cycles
+    wait_until(lambda: agent.cycles >= cycles + 5, "five more cycles")
+
+    ids = import_images(containerd, tmp_path, [SANDBOX])
+    wait_until(lambda: cluster.stored()["spec"]["sandboxImage"]["present"], "the sandbox image is reported present")
+    remove(containerd.socket, SANDBOX)
+    wait_until(lambda: not cluster.stored()["spec"]["sandboxImage"]["present"], "it is reported absent again")
+    # CRI still lists the image by id; by name, the runtime cannot find it.
+    assert list(names_by_id(cluster.stored()["spec"]["images"])) == [ids[SANDBOX]]
+
+    messages = [r.getMessage() for r in caplog.records if "sandbox image" in r.getMessage()]
+    absent = (f"sandbox image {SANDBOX} is not on the runtime at {containerd.endpoint}: every pod sandbox needs it,"
+              " so unless the runtime can pull it, pods here wait in ContainerCreating (FailedCreatePodSandBox)")
+    assert messages == [absent, f"sandbox image {SANDBOX} is on the runtime again", absent]
+    assert [r.levelno for r in caplog.records if "sandbox image" in r.getMessage()] == [
+        logging.WARNING, logging.INFO, logging.WARNING]
 
 
 def test_agent_recovers_after_containerd_restarts_and_leaves_the_object_alone_meanwhile(
@@ -424,6 +462,59 @@ def test_fingerprint_ignores_order_and_sees_every_field():
         assert fingerprint([dict(listed[0], **changed), listed[1]]) != fingerprint(listed)
 
 
+@pytest.mark.parametrize(
+    "sandbox, present",
+    [
+        ("registry.k8s.io/pause:3.9", True),
+        ("pause:3.9", True),  # docker.io/library/pause:3.9, as the runtime resolves it
+        ("docker.io/library/pause:3.9", True),
+        ("docker.io/library/pause", False),  # :latest
+        ("registry.k8s.io/pause:3.10", False),
+        ("registry.k8s.io/pause@sha256:" + "d" * 64, True),
+        ("sha256:" + "c" * 64, True),  # an image ID
+        ("sha256:" + "e" * 64, False),
+        ("Not/A:Valid:Ref", False),
+    ],
+)
+def test_the_sandbox_image_is_found_by_the_name_the_runtime_resolves(sandbox, present):
+    images = [image("sha256:" + "c" * 64, "docker.io/library/pause:3.9"),
+              image("sha256:" + "f" * 64, "registry.k8s.io/pause:3.9", "<none>:<none>",
+                    digests=("registry.k8s.io/pause@sha256:" + "d" * 64,))]
+    assert sandbox_image_report(sandbox, images) == {"name": sandbox, "present": present}
+
+
+def test_a_changed_sandbox_report_alone_rewrites_the_object():
+    absent, present = {"name": SANDBOX, "present": False}, {"name": SANDBOX, "present": True}
+    stored = node_images_object(NODE, SAMPLE, observed_at=T0, lease_seconds=30, sandbox_image=absent)
+    assert stored["spec"]["sandboxImage"] == absent
+    assert publish_reason(stored, SAMPLE, now=T0 + 1, lease_seconds=30, sandbox_image=absent) is None
+    assert publish_reason(stored, SAMPLE, now=T0 + 1, lease_seconds=30, sandbox_image=present) == CHANGED
+    assert publish_reason(stored, SAMPLE, now=T0 + 1, lease_seconds=30) == CHANGED  # no longer known
+    unknown = node_images_object(NODE, SAMPLE, observed_at=T0, lease_seconds=30)
+    assert "sandboxImage" not in unknown["spec"]
+    assert publish_reason(unknown, SAMPLE, now=T0 + 1, lease_seconds=30, sandbox_image=absent) == CHANGED
+
+
+def test_an_apiserver_that_drops_the_sandbox_field_is_not_rewritten_every_cycle(double, double_publisher, caplog,
+                                                                                monkeypatch):
+    """A CRD from before spec.sandboxImage prunes it from every write."""
+    write = Publisher._write
+
+    def pruning(self, body):
+        stored = write(self, body)
+        stored["spec"].pop("sandboxImage", None)
+        return stored
+
+    monkeypatch.setattr(Publisher, "_write", pruning)
+    sandbox = {"name": SANDBOX, "present": False}
+    assert double_publisher.publish(SAMPLE, now=T0, sandbox_image=sandbox) == CREATE
+    for now in (T0 + 1, T0 + 2, T0 + 3):
+        assert double_publisher.publish(SAMPLE, now=now, sandbox_image=sandbox) is None
+    assert [r.method for r in double.requests] == ["GET", "POST"]
+    (warning,) = [r.getMessage() for r in caplog.records if "sandboxImage" in r.getMessage()]
+    assert warning.startswith(f"{PLURAL}/{NODE}: the apiserver dropped spec.sandboxImage")
+
+
 # -- deploy/agent ---------------------------------------------------------------------------
 
 
@@ -459,12 +550,19 @@ def test_the_published_object_fits_the_crd_and_loses_nothing_to_pruning():
     assert version["name"] == VERSION and version["served"] and version["storage"]
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns["Node"] == ".spec.nodeName" and columns["Images"] == ".spec.imageCount"
-    assert columns["Observed"] == ".spec.observedAt"
+    assert columns["Observed"] == ".spec.observedAt" and columns["Sandbox"] == ".spec.sandboxImage.present"
     schema = version["schema"]["openAPIV3Schema"]
 
     obj = node_images_object(NODE, SAMPLE, observed_at=T0, lease_seconds=300)
     jsonschema.validate(obj, schema)
     assert undeclared(obj, schema) == []
+    with_sandbox = node_images_object(NODE, SAMPLE, observed_at=T0, lease_seconds=300,
+                                      sandbox_image={"name": SANDBOX, "present": False})
+    jsonschema.validate(with_sandbox, schema)
+    assert undeclared(with_sandbox, schema) == []
+    for broken in ({"name": SANDBOX}, {"name": "", "present": True}, {"name": SANDBOX, "present": "no"}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**obj, "spec": {**obj["spec"], "sandboxImage": broken}}, schema)
     assert undeclared({**obj, "spec": {**obj["spec"], "extra": 1}}, schema) == [".spec.extra"]
     assert obj["metadata"]["name"] == obj["spec"]["nodeName"]  # the CRD's CEL rule
     for broken in ({"images": None}, {"leaseDurationSeconds": 0}, {"observedAt": 5}):

@@ -327,10 +327,11 @@ def agent_node(control_plane):
 
 def test_agent_publishes_over_cri_and_the_webhook_decides_from_the_complete_list(
         control_plane, webhook, enforced, agent_node, containerd, tmp_path):
-    from tests.containerd import build_oci_archive_many, import_image
+    from tests.containerd import SANDBOX_IMAGE, build_oci_archive_many, import_image
 
     archive = tmp_path / "images.tar"
-    build_oci_archive_many(archive, [BUILT])
+    # A node that runs pods holds its runtime's sandbox image; without it the node starts none.
+    build_oci_archive_many(archive, [BUILT, SANDBOX_IMAGE])
     import_image(containerd.socket, archive)
     # Against the capped node status the decision is unknown: allowed, with a warning.
     assert _dry_run(control_plane, enforced, _agent_job("before", ABSENT)) is None

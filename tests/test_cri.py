@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import pytest
 
-from image_preflight.agent.cri import CRIError, ImageClient, RuntimeImage
+from image_preflight.agent.cri import CRIError, ImageClient, RuntimeImage, sandbox_image_from_info
 from tests.containerd import Containerd, build_oci_archive, build_oci_archive_many, import_image, manifest_digest, remove, require_containerd, tag
 
 ALPHA = "docker.io/library/alpha:v1"
@@ -166,6 +166,35 @@ def test_version_names_the_runtime(containerd: Containerd) -> None:
         version = client.version()
     assert (version.runtime_name, version.runtime_api_version) == ("containerd", "v1")
     assert version.runtime_version
+
+
+def test_sandbox_image_is_the_one_containerd_is_configured_with(containerd: Containerd) -> None:
+    with ImageClient(containerd.endpoint) as client:
+        assert client.sandbox_image() == "localhost/image-preflight/pause:never-pulled"
+
+
+def test_runtime_without_cri_names_no_sandbox_image() -> None:
+    require_containerd()
+    with Containerd(cri=False) as runtime, ImageClient(runtime.endpoint) as client:
+        assert client.sandbox_image() is None
+
+
+@pytest.mark.parametrize(
+    "info, name",
+    [
+        ({"config": '{"sandboxImage": "registry.k8s.io/pause:3.6", "containerd": {}}'}, "registry.k8s.io/pause:3.6"),
+        # containerd 2.x's image config, should its Status ever carry it.
+        ({"config": '{"pinned_images": {"sandbox": "registry.k8s.io/pause:3.10"}}'}, "registry.k8s.io/pause:3.10"),
+        ({"config": '{"cni": {}, "enableSelinux": false}'}, None),  # containerd 2.0 to 2.4
+        ({"config": '{"sandboxImage": ""}'}, None),
+        ({"config": '{"sandboxImage": 3}'}, None),
+        ({"config": "not json"}, None),
+        ({"config": "[]"}, None),
+        ({}, None),
+    ],
+)
+def test_sandbox_image_is_read_from_the_runtime_config(info: dict, name: str | None) -> None:
+    assert sandbox_image_from_info(info) == name
 
 
 def test_runtime_without_cri_is_reported() -> None:

@@ -228,3 +228,52 @@ def test_the_namespace_selector_of_deploy_base_is_read_as_the_apiserver_reads_it
     assert selects(configuration["webhooks"][0]["namespaceSelector"], labels) is selected
     assert selects({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, labels) is True
     assert selects({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, labels) is False
+
+
+# --- pure findings ---------------------------------------------------------------------------------
+
+
+def _node(name: str) -> dict:
+    return {"metadata": {"name": name}, "status": {"images": [{"names": ["docker.io/library/filler-0:v1"]}]}}
+
+
+def _published(name: str, sandbox: dict | None, observed_at: float = 1_000_000_000, lease: int = 300) -> dict:
+    from image_preflight.core.runtime_inventory import runtime_object
+
+    return runtime_object(name, [{"id": "sha256:" + "a" * 64, "repoTags": ["docker.io/library/filler-0:v1"]}],
+                          observed_at=observed_at, lease_seconds=lease, sandbox_image=sandbox)
+
+
+def test_a_node_whose_runtime_lacks_its_sandbox_image_is_named_with_the_fix():
+    from image_preflight.doctor.findings import PROBLEM, node_lists
+
+    pause = "registry.k8s.io/pause:3.10.1"
+    found = node_lists([_node("cpu-1"), _node("cpu-2"), _node("cpu-3")],
+                       [_published("cpu-1", {"name": pause, "present": False}),
+                        _published("cpu-2", {"name": pause, "present": True}), _published("cpu-3", None)],
+                       {}, 50, now=1_000_000_010)
+    problems = [f.line() for f in found if f.status == PROBLEM]
+    assert problems == [
+        "problem: node cpu-1: its container runtime lacks its sandbox image 'registry.k8s.io/pause:3.10.1': no pod "
+        "can start there (each waits in ContainerCreating, Event FailedCreatePodSandBox); fix: on node cpu-1, ctr -n "
+        "k8s.io images import pause.tar (the image saved with `ctr -n k8s.io images export pause.tar "
+        "registry.k8s.io/pause:3.10.1` where it is held), then ctr -n k8s.io images label "
+        "registry.k8s.io/pause:3.10.1 io.cri-containerd.pinned=pinned so that image garbage collection keeps it"]
+
+
+def test_a_stale_sandbox_report_is_not_a_sandbox_finding():
+    from image_preflight.doctor.findings import node_lists
+
+    stale = _published("cpu-1", {"name": "pause:3.9", "present": False}, lease=5)
+    lines = [f.line() for f in node_lists([_node("cpu-1")], [stale], {}, 50, now=1_000_000_010)]
+    assert not any("sandbox" in line for line in lines) and any("went stale" in line for line in lines)
+
+
+def test_a_malformed_sandbox_report_is_one_line_naming_the_field():
+    from image_preflight.doctor.findings import node_lists
+
+    broken = _published("cpu-1", None)
+    broken["spec"]["sandboxImage"] = {"name": "registry.k8s.io/pause:3.10.1", "present": "no"}
+    (first, *_) = node_lists([_node("cpu-1")], [broken], {}, 50, now=1_000_000_010)
+    assert first.line() == ("problem: a NodeImages object cannot be read: spec.sandboxImage.present: missing or "
+                            "not a boolean")

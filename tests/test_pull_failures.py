@@ -8,7 +8,15 @@ import json
 import pytest
 
 from image_preflight.core import job_failure
-from image_preflight.core.pull_failures import Owner, controller_of, finished, stuck_containers, webhook_denial
+from image_preflight.core.pull_failures import (
+    Owner,
+    awaiting_sandbox,
+    controller_of,
+    finished,
+    sandbox_image_missing,
+    stuck_containers,
+    webhook_denial,
+)
 from image_preflight.core.stalls import Stalls
 
 NS = "rollouts"
@@ -277,3 +285,163 @@ def test_the_event_names_image_node_and_reason_and_its_name_is_the_same_for_ever
                              action=job_failure.EVENT_ONLY, message="m" * 5000, at="t", instance="i" * 300)
     assert len(long["metadata"]["name"]) <= 253 and len(long["message"]) <= job_failure.MAX_EVENT_MESSAGE
     assert len(long["reportingInstance"]) <= 128
+
+
+# --- the kubelet's FailedCreatePodSandBox: the runtime lacks its sandbox image ----------------------
+
+# The kubelet's words (pkg/kubelet/kuberuntime/kuberuntime_manager.go, SyncPod: "Failed to create pod
+# sandbox: %v" of the CRI error, "rpc error: code = <code> desc = <message>"), around containerd's:
+SANDBOX_MESSAGES = {
+    # 2.3: podsandbox Controller.Start, "failed to get sandbox image %q: %w" around client.GetImage's
+    # "image %q: not found" (core/metadata/images.go), as when disable_pause_image_pull is set.
+    "containerd 2.3 Start": 'Failed to create pod sandbox: rpc error: code = NotFound desc = failed to get sandbox '
+    'image "registry.k8s.io/pause:3.10.1": image "registry.k8s.io/pause:3.10.1": not found',
+    # 2.3: criService.ensurePauseImageExists, "failed to pull image %q: %w", the registry without it
+    # (core/remotes/docker/resolver.go: "%s: %w" of ErrNotFound; client/pull.go "failed to resolve reference").
+    "containerd 2.3 pre-pull": 'Failed to create pod sandbox: rpc error: code = NotFound desc = failed to pull image '
+    '"registry.k8s.io/pause:3.10.1": failed to pull and unpack image "registry.k8s.io/pause:3.10.1": failed to '
+    'resolve reference "registry.k8s.io/pause:3.10.1": registry.k8s.io/pause:3.10.1: not found',
+    # 1.6 (pkg/cri/server/sandbox_run.go) to 2.2: ensureImageExists pulls, and the pull finds nothing.
+    "containerd 1.6": 'Failed to create pod sandbox: rpc error: code = NotFound desc = failed to get sandbox image '
+    '"registry.k8s.io/pause:3.6": failed to pull image "registry.k8s.io/pause:3.6": failed to pull and unpack image '
+    '"registry.k8s.io/pause:3.6": failed to resolve reference "registry.k8s.io/pause:3.6": '
+    'registry.k8s.io/pause:3.6: not found',
+}
+SANDBOX_IMAGES = {"containerd 2.3 Start": "registry.k8s.io/pause:3.10.1",
+                  "containerd 2.3 pre-pull": "registry.k8s.io/pause:3.10.1",
+                  "containerd 1.6": "registry.k8s.io/pause:3.6"}
+
+
+def sandbox_event(message: str = SANDBOX_MESSAGES["containerd 2.3 Start"], *, uid: str = "pod-uid",
+                  reason: str = "FailedCreatePodSandBox", kind: str = "Pod") -> dict:
+    """A kubelet's Event as the apiserver serves it (core/v1, the legacy recorder)."""
+    return {"metadata": {"name": "agl-rollout-1-abcde.18b2f4c1", "namespace": NS, "uid": "event-uid"},
+            "involvedObject": {"kind": kind, "namespace": NS, "name": "agl-rollout-1-abcde", "uid": uid,
+                               "apiVersion": "v1", "resourceVersion": "812"},
+            "reason": reason, "message": message, "source": {"component": "kubelet", "host": "cpu-a"},
+            "type": "Warning", "count": 3}
+
+
+def unstarted(**changes) -> dict:
+    """A bound Pod the kubelet has not got a sandbox for: its containers wait in ContainerCreating."""
+    bound = pod(reason="ContainerCreating")
+    bound["status"]["conditions"] = [{"type": "PodReadyToStartContainers", "status": "False"},
+                                     {"type": "PodScheduled", "status": "True"}]
+    for key, value in changes.items():
+        bound[key] = {**bound[key], **value}
+    return bound
+
+
+@pytest.mark.parametrize("version", SANDBOX_MESSAGES)
+def test_the_runtimes_words_for_a_missing_sandbox_image_are_recognised(version):
+    failure = sandbox_image_missing(sandbox_event(SANDBOX_MESSAGES[version]))
+    assert (failure.pod_uid, failure.namespace, failure.pod, failure.node, failure.image) == (
+        "pod-uid", NS, "agl-rollout-1-abcde", "cpu-a", SANDBOX_IMAGES[version])
+
+
+@pytest.mark.parametrize("event", [
+    # A registry out of reach may answer the kubelet's next attempt: not a missing image.
+    sandbox_event('Failed to create pod sandbox: rpc error: code = Unknown desc = failed to get sandbox image '
+                  '"registry.k8s.io/pause:3.6": failed to pull image "registry.k8s.io/pause:3.6": failed to pull and '
+                  'unpack image "registry.k8s.io/pause:3.6": failed to resolve reference "registry.k8s.io/pause:3.6": '
+                  'failed to do request: Head "https://registry.k8s.io/v2/pause/manifests/3.6": dial tcp: lookup '
+                  'registry.k8s.io: no such host'),
+    sandbox_event('Failed to create pod sandbox: rpc error: code = Unknown desc = failed to setup network for sandbox '
+                  '"5b1e2a": plugin type="calico" failed (add): error getting ClusterInformation: connection is '
+                  'unauthorized: Unauthorized'),
+    sandbox_event('Failed to create pod sandbox: rpc error: code = NotFound desc = failed to create containerd task: '
+                  'failed to create shim task: OCI runtime create failed: runc create failed: not found'),
+    sandbox_event(reason="FailedCreate"),
+    sandbox_event(kind="Job"),
+    sandbox_event(uid=""),
+    sandbox_event('Failed to create pod sandbox: rpc error: code = NotFound desc = failed to get sandbox image "x: '
+                  + "y" * 2000),
+])
+def test_other_sandbox_failures_are_not(event):
+    assert sandbox_image_missing(event) is None
+
+
+@pytest.mark.parametrize("changes,waiting", [
+    ({}, True),
+    ({"status": {"containerStatuses": None}}, True),  # just bound: no status posted yet
+    ({"status": {"phase": "Running"}}, False),
+    ({"spec": {"nodeName": ""}}, False),  # not bound: no kubelet has tried
+    ({"status": {"conditions": [{"type": "PodReadyToStartContainers", "status": "True"}]}}, False),
+    ({"status": {"containerStatuses": [{"name": "agent", "state": {"waiting": {"reason": "ErrImagePull"}}}]}}, False),
+    ({"status": {"containerStatuses": [{"name": "agent", "state": {"running": {}}}]}}, False),
+    ({"metadata": {"deletionTimestamp": "2026-11-30T00:00:00Z"}}, False),
+])
+def test_a_pod_awaits_its_sandbox_while_bound_and_nothing_shows_its_sandbox_up(changes, waiting):
+    assert awaiting_sandbox(unstarted(**changes)) is waiting
+
+
+@pytest.mark.parametrize("pod_first", [True, False])
+def test_a_pod_reported_without_its_sandbox_image_is_due_after_the_grace_whichever_comes_first(pod_first):
+    memory = stalls()
+    if pod_first:
+        memory.see_pod(unstarted(), now=90.0)
+    memory.see_event(sandbox_event(), now=100.0)
+    memory.see_event(sandbox_event(), now=110.0)  # reported again: the first report counts
+    if not pod_first:
+        memory.see_pod(unstarted(), now=105.0)
+    assert memory.take_due(114.9, {NS}) == [] and memory.next_due({NS}) == 115.0
+    (due,) = memory.take_due(115.0, {NS})
+    assert (due.key, due.kind, due.name, due.node, due.owner.name, due.since) == (
+        "sandbox/pod-uid", "Pod", "agl-rollout-1-abcde", "cpu-a", "agl-rollout-1", 100.0)
+    assert (due.stuck.reason, due.stuck.image, due.stuck.container) == (
+        "FailedCreatePodSandBox", "registry.k8s.io/pause:3.10.1", "")
+    memory.see_event(sandbox_event(), now=120.0)
+    assert memory.take_due(300.0, {NS}) == []  # handed out once
+
+
+def test_a_report_without_its_pod_or_with_its_sandbox_up_since_is_never_due():
+    memory = stalls()
+    memory.see_event(sandbox_event(), now=0.0)  # the Pod is not (yet) in the watch
+    assert memory.take_due(100.0, {NS}) == [] and len(memory) == 0
+    memory.see_pod(unstarted(), now=1.0)
+    memory.see_pod(unstarted(status={"conditions": [{"type": "PodReadyToStartContainers", "status": "True"}]}),
+                   now=5.0)  # the image was imported and the kubelet's retry created the sandbox
+    assert memory.take_due(100.0, {NS}) == [] and len(memory) == 0
+
+
+def test_a_pod_that_goes_or_an_event_that_expires_is_forgotten():
+    memory = stalls()
+    memory.see_pod(unstarted(), now=0.0)
+    memory.see_event(sandbox_event(), now=0.0)
+    memory.forget_pod(unstarted())
+    assert memory.take_due(100.0, {NS}) == []
+    memory.see_pod(unstarted(), now=0.0)
+    memory.see_event(sandbox_event(), now=0.0)
+    memory.forget_event(sandbox_event())  # the Event's TTL ran out
+    assert memory.take_due(100.0, {NS}) == []
+
+
+def test_relists_forget_the_reports_and_pods_they_no_longer_hold():
+    memory = stalls()
+    memory.see_pod(unstarted(), now=0.0)
+    memory.see_event(sandbox_event(), now=0.0)
+    memory.replace("job/", [])  # the FailedCreate watch's relist leaves the sandbox reports alone
+    memory.replace("pod/", ["pod/pod-uid"])
+    assert [s.key for s in memory.take_due(100.0, {NS})] == ["sandbox/pod-uid"]
+    for relist in ("sandbox/", "pod/"):
+        memory = stalls()
+        memory.see_pod(unstarted(), now=0.0)
+        memory.see_event(sandbox_event(), now=0.0)
+        memory.replace(relist, [])
+        assert memory.take_due(100.0, {NS}) == [], relist
+
+
+def test_the_job_event_and_annotation_name_the_node_and_the_sandbox_image():
+    memory = stalls(grace=0)
+    memory.see_pod(unstarted(), now=0.0)
+    memory.see_event(sandbox_event(), now=0.0)
+    (stall,) = memory.take_due(0.0, {NS})
+    message = job_failure.job_message(stall, job_failure.FAILED)
+    assert message.startswith("image-preflight watchdog failed this Job: pod agl-rollout-1-abcde on node cpu-a cannot "
+                              "start: the container runtime there lacks its sandbox image "
+                              "registry.k8s.io/pause:3.10.1 (FailedCreatePodSandBox): Failed to create pod sandbox: ")
+    content = job_failure.record(stall, job_failure.AUDITED, at="t", waited_s=15.0)
+    assert (content["reason"], content["image"], content["node"], content["container"], content["pod"]) == (
+        "FailedCreatePodSandBox", "registry.k8s.io/pause:3.10.1", "cpu-a", "", "agl-rollout-1-abcde")
+    assert job_failure.job_patch(job(), job_failure.AUDIT, content) == {"metadata": {
+        "resourceVersion": "42", "annotations": {job_failure.ANNOTATION: json.dumps(content, sort_keys=True)}}}

@@ -237,6 +237,26 @@ def test_an_expired_lease_makes_the_list_prove_nothing(control_plane, nodes, wat
     assert decide(job_spec(BUILT), live.current, now=published_at + 60).outcome == "allow"
 
 
+def test_a_runtime_without_its_sandbox_image_denies_every_job_that_may_land_there(control_plane, nodes, watched):
+    """spec.sandboxImage as the node agent publishes it, through the CRD's schema (an unknown field
+    would be pruned), to the webhook's inventory: even an image the node holds is denied there."""
+    live, _ = watched()
+    now = time.time()
+    obj = node_images(nodes.cpu, HELD, observed_at=now)
+    obj["spec"]["sandboxImage"] = {"name": "registry.k8s.io/pause:3.10.1", "present": False}
+    stored = create_node_images(control_plane, obj)
+    assert stored["spec"].get("sandboxImage") == obj["spec"]["sandboxImage"], "the CRD pruned spec.sandboxImage"
+    wait_until(lambda: source_of(live, nodes.cpu) == "cri", "the published list is picked up")
+
+    decision = decide(job_spec(BUILT), live.current, now=now)
+    assert (decision.outcome, decision.sandbox_missing) == (DENY, ((nodes.cpu, "registry.k8s.io/pause:3.10.1"),))
+    response = admit(job_review(BUILT), live.current, Settings(), now=now).review["response"]
+    assert (response["allowed"], response["status"]["code"]) == (False, 422)
+    assert response["status"]["message"].startswith(
+        f"invalid: eligible node(s) {nodes.cpu} cannot start any pod: the container runtime lacks its sandbox image "
+        "'registry.k8s.io/pause:3.10.1'")
+
+
 def test_updates_and_deletions_are_followed(control_plane, nodes, publisher_api, watched):
     live, _ = watched()
     now = time.time()

@@ -178,7 +178,8 @@ def test_out_dir_gets_the_kept_rows_verbatim_in_order(work, capsys):
     out = capsys.readouterr().out
     table = summary(out)
     assert table["data/train.jsonl"] == {
-        "rows": 4, "kept": 3, "missing": 1, "unknown": 0, "unrenderable": 0, "invalid": 0, "no-eligible-node": 0
+        "rows": 4, "kept": 3, "missing": 1, "unknown": 0, "unrenderable": 0, "invalid": 0, "no-eligible-node": 0,
+        "no-sandbox-image": 0,
     }
     assert table["data/val.json"]["kept"] == 1 and table["data/val.json"]["missing"] == 1
 

@@ -451,6 +451,78 @@ def test_malformed_runtime_object_names_the_field(mutate, message):
         node_images_from_runtime(obj)
 
 
+# --- spec.sandboxImage: the runtime's sandbox (pause) image and whether it holds it ---------------
+
+SANDBOX = "registry.k8s.io/pause:3.10.1"
+
+
+def test_runtime_object_writes_the_sandbox_report_only_when_given():
+    assert "sandboxImage" not in runtime()["spec"]
+    obj = runtime_object("worker-1", RUNTIME_IMAGES, observed_at=OBSERVED, lease_seconds=300,
+                         sandbox_image={"name": SANDBOX, "present": 0})
+    assert obj["spec"]["sandboxImage"] == {"name": SANDBOX, "present": False}
+    assert node_images_from_runtime(obj).sandbox_missing == SANDBOX
+
+
+@pytest.mark.parametrize(("report", "missing"), [
+    (None, None),  # the runtime did not say
+    ({"name": SANDBOX, "present": True}, None),
+    ({"name": SANDBOX, "present": False}, SANDBOX),
+])
+def test_the_sandbox_report_says_which_sandbox_image_the_runtime_lacks(report, missing):
+    obj = runtime()
+    if report is not None:
+        obj["spec"]["sandboxImage"] = report
+    assert node_images_from_runtime(obj).sandbox_missing == missing
+
+
+def test_every_node_lacking_the_same_sandbox_image_shares_one_string():
+    def lacking(node: str) -> NodeImages:
+        obj = json.loads(json.dumps(runtime(node)))  # each parse makes its own strings
+        obj["spec"]["sandboxImage"] = {"name": "registry.k8s.io/pause:" + "3.10.1", "present": False}
+        return node_images_from_runtime(obj)
+
+    assert lacking("worker-1").sandbox_missing is lacking("worker-2").sandbox_missing
+
+
+def test_a_stale_sandbox_report_proves_nothing():
+    obj = runtime(lease=60)
+    obj["spec"]["sandboxImage"] = {"name": SANDBOX, "present": False}
+    node = node_images_from_runtime(obj)
+    assert node.lacks_sandbox(OBSERVED + 59) == SANDBOX
+    assert node.lacks_sandbox(OBSERVED + 60) is None
+
+
+def test_a_sandbox_report_survives_a_snapshot_file_and_the_compact_form():
+    from image_preflight.image_set import compact
+
+    obj = runtime()
+    obj["spec"]["sandboxImage"] = {"name": SANDBOX, "present": False}
+    [node] = load(node_list(kube_node("worker-1", [PYTHON]), obj)).nodes
+    assert node.sandbox_missing == SANDBOX and compact(node).sandbox_missing == SANDBOX
+
+
+@pytest.mark.parametrize(
+    ("report", "message"),
+    [
+        ("registry.k8s.io/pause:3.10.1", r"^spec\.sandboxImage: not an object$"),
+        ({"present": False}, r"^spec\.sandboxImage\.name: missing$"),
+        ({"name": "", "present": False}, r"^spec\.sandboxImage\.name: missing$"),
+        ({"name": ["pause"], "present": False}, r"^spec\.sandboxImage\.name: expected a string, got list$"),
+        ({"name": "pause\ud800", "present": False}, r"^spec\.sandboxImage\.name: not valid Unicode"),
+        ({"name": "p" * 1025, "present": False}, r"^spec\.sandboxImage\.name: longer than 1024 characters$"),
+        ({"name": SANDBOX}, r"^spec\.sandboxImage\.present: missing or not a boolean$"),
+        ({"name": SANDBOX, "present": "false"}, r"^spec\.sandboxImage\.present: missing or not a boolean$"),
+        ({"name": SANDBOX, "present": 0}, r"^spec\.sandboxImage\.present: missing or not a boolean$"),
+    ],
+)
+def test_a_malformed_sandbox_report_names_the_field(report, message):
+    obj = runtime()
+    obj["spec"]["sandboxImage"] = report
+    with pytest.raises(ValueError, match=message):
+        node_images_from_runtime(obj)
+
+
 @pytest.mark.parametrize(
     ("text", "epoch"),
     [

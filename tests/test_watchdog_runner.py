@@ -113,3 +113,38 @@ def test_the_loop_wakes_when_a_namespace_opts_in_and_stops_when_asked():
         dog.wake()
         loop.join(timeout=5)
     assert not loop.is_alive()
+
+
+def test_a_pod_whose_node_lacks_its_sandbox_image_is_acted_on_after_the_grace_and_counted(caplog):
+    from tests.test_pull_failures import sandbox_event, unstarted
+
+    clock, actions, metrics = Clock(), Recorder(), Metrics()
+    dog = watchdog(actions, clock, metrics)
+    dog.replace_pods([unstarted()])
+    dog.replace_sandbox_events([sandbox_event()])
+    dog.replace_events([])  # the FailedCreate watch's relist does not forget the kubelet's report
+    clock.now += 14.9
+    assert dog.take_due() == []
+    clock.now += 0.1
+    with caplog.at_level(logging.INFO, logger="image_preflight.watchdog"):
+        for stall in dog.take_due():
+            dog.act(stall)
+    assert actions.handled == [("sandbox/pod-uid", 15.0)]
+    (line,) = [json.loads(r.getMessage()) for r in caplog.records]
+    assert (line["reason"], line["image"], line["node"], line["job"]) == (
+        "FailedCreatePodSandBox", "registry.k8s.io/pause:3.10.1", "cpu-a", "agl-rollout-1")
+    assert _sample(metrics, "image_preflight_watchdog_actions_total", action="failed",
+                   reason="FailedCreatePodSandBox") == 1
+
+
+def test_a_relist_of_the_sandbox_watch_without_the_report_forgets_it():
+    from tests.test_pull_failures import sandbox_event, unstarted
+
+    clock, actions = Clock(), Recorder()
+    dog = watchdog(actions, clock)
+    dog.upsert_pod(unstarted())
+    dog.upsert_event(sandbox_event())
+    dog.replace_sandbox_events([])  # expired meanwhile (the Event's TTL)
+    clock.now += 100
+    assert dog.take_due() == []
+

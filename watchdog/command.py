@@ -32,6 +32,9 @@ WEBHOOK = "validate.image-preflight.io"  # deploy/base/webhook.yaml
 # Pods that will not run again leave the watch (DELETED) as soon as they are terminal.
 UNFINISHED_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 FAILED_CREATES = "involvedObject.kind=Job,reason=FailedCreate"
+# The kubelets' reports of a Pod whose sandbox could not be created (pkg/registry/core/event/
+# strategy.go, ToSelectableFields: reason and involvedObject.* are selectable).
+SANDBOX_FAILURES = "involvedObject.kind=Pod,reason=FailedCreatePodSandBox"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,8 +42,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "watchdog",
         help="fail a Job whose Pod cannot get its node-local image",
         description="Watch Pods in the opted-in namespaces; when a Job's Pod waits for an image its node "
-        "will not get (ErrImageNeverPull, InvalidImageName, or a failed pull of an IfNotPresent image) for "
-        "longer than the grace, or the webhook denied its Pod, fail the Job at once.",
+        "will not get (ErrImageNeverPull, InvalidImageName, or a failed pull of an IfNotPresent image), or "
+        "cannot start because its node's runtime lacks its sandbox image (FailedCreatePodSandBox), for longer "
+        "than the grace, or the webhook denied its Pod, fail the Job at once.",
     )
     add_cluster_arguments(parser)
     parser.add_argument("--grace", type=float, default=DEFAULT_GRACE_S, metavar="SECONDS",
@@ -93,7 +97,8 @@ def start(args: argparse.Namespace, stop: threading.Event) -> list:
         stops.append(lambda: (httpd.shutdown(), httpd.server_close()))
     on_restart = lambda reason: metrics.watch_restarts.labels(reason).inc()  # noqa: E731
     for watcher in watchers(api, watchdog, namespace_selector=args.namespace_selector,
-                            pods=UNFINISHED_PODS, events=FAILED_CREATES, on_restart=on_restart):
+                            pods=UNFINISHED_PODS, events=FAILED_CREATES, sandbox_events=SANDBOX_FAILURES,
+                            on_restart=on_restart):
         watcher.start()
         stops.append(watcher.stop)
     loop = threading.Thread(target=watchdog.run, args=(stop,), name="watchdog", daemon=True)

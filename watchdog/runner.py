@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from image_preflight.core.job_failure import kubelet_reason
 from image_preflight.core.objects import as_mapping, as_text
-from image_preflight.core.stalls import Stall, Stalls, event_key, pod_key
+from image_preflight.core.stalls import JOB, POD, SANDBOX, Stall, Stalls, event_key, pod_key
 from image_preflight.kube.watch import describe_error
 from image_preflight.watchdog.actions import Actions
 from image_preflight.watchdog.metrics import Metrics
@@ -56,7 +56,7 @@ class Watchdog:
     # -- Pods that are not yet terminal ----------------------------------------------------------
 
     def replace_pods(self, pods: Iterable[Mapping]) -> None:
-        self._replace("pod/", pods, pod_key, self.upsert_pod)
+        self._replace(POD, pods, pod_key, self.upsert_pod)
 
     def upsert_pod(self, pod: Mapping) -> None:
         with self._changed:
@@ -67,10 +67,15 @@ class Watchdog:
         with self._changed:
             self._stalls.forget_pod(pod)
 
-    # -- the Job controller's FailedCreate Events ------------------------------------------------
+    # -- the Job controller's FailedCreate and the kubelets' FailedCreatePodSandBox Events -------
 
     def replace_events(self, events: Iterable[Mapping]) -> None:
-        self._replace("job/", events, event_key, self.upsert_event)
+        """A relist of the FailedCreate watch."""
+        self._replace(JOB, events, event_key, self.upsert_event)
+
+    def replace_sandbox_events(self, events: Iterable[Mapping]) -> None:
+        """A relist of the FailedCreatePodSandBox watch."""
+        self._replace(SANDBOX, events, event_key, self.upsert_event)
 
     def upsert_event(self, event: Mapping) -> None:
         with self._changed:

@@ -42,9 +42,28 @@ class Decision:
     eligible: tuple[str, ...]  # nodes the pod may land on
     ineligible: tuple[tuple[str, int], ...] = ()  # (scheduler reason, node count)
     unplaced: str = ""  # why no node can be named for the pod at all (its RuntimeClass)
+    # (node, sandbox image) of each eligible node whose runtime lacks its sandbox image: no pod
+    # starts there (see decide_images).
+    sandbox_missing: tuple[tuple[str, str], ...] = ()
 
     def with_status(self, status: str) -> list[ImageVerdict]:
         return [v for v in self.verdicts if v.status == status]
+
+    def image_missing_on(self, verdict: ImageVerdict) -> tuple[str, ...]:
+        """`verdict.missing_on` less the nodes that start no pod: those lack the image only for that,
+        and are named for their sandbox image instead (messages; what a build list should skip)."""
+        if not self.sandbox_missing:
+            return verdict.missing_on
+        halted = {node for node, _ in self.sandbox_missing}
+        return tuple(n for n in verdict.missing_on if n not in halted)
+
+    @property
+    def runnable(self) -> tuple[str, ...]:
+        """The eligible nodes that can start a pod at all."""
+        if not self.sandbox_missing:
+            return self.eligible
+        halted = {node for node, _ in self.sandbox_missing}
+        return tuple(n for n in self.eligible if n not in halted)
 
 
 _MEMO_LIMIT = 1024  # distinct placements remembered per inventory
@@ -142,22 +161,33 @@ def decide_images(
     require: str = REQUIRE_ALL,
     now: float | None = None,
 ) -> Decision:
+    """A node whose runtime lacks its sandbox (pause) image starts no pod: the kubelet's first step,
+    RunPodSandbox, fails (pkg/kubelet/kuberuntime/kuberuntime_manager.go, SyncPod: Event
+    FailedCreatePodSandBox) before any image of the pod is looked at, whatever its pull policy. So
+    such a node counts as lacking every checked image, and under REQUIRE_ALL it denies the pod even
+    when every image is Always (the pod may land there and wait in ContainerCreating); under
+    REQUIRE_ANY and REQUIRE_ONE_NODE it denies only when no eligible node can start the pod."""
     if require not in REQUIREMENTS:
         raise ValueError(f"require: {require!r} is not one of {', '.join(REQUIREMENTS)}")
     nodes, reasons = eligible_nodes(placement, inventory)
+    blocked = tuple((n.node, image) for n in nodes if (image := n.lacks_sandbox(now)) is not None)
+    halted = frozenset(node for node, _ in blocked)
     per_image = REQUIRE_ALL if require == REQUIRE_ONE_NODE else require
-    verdicts = tuple(_verdict(image, nodes, per_image, now) for image in images)
+    verdicts = tuple(_verdict(image, nodes, per_image, now, halted) for image in images)
     if require == REQUIRE_ONE_NODE:
-        verdicts = _on_one_node(verdicts, [n.node for n in nodes])
+        verdicts = _on_one_node(verdicts, [n.node for n in nodes if n.node not in halted])
+    stranded = bool(blocked) if require == REQUIRE_ALL else bool(nodes) and len(blocked) == len(nodes)
     return Decision(
-        _outcome(verdicts, bool(nodes)),
+        _outcome(verdicts, bool(nodes), stranded),
         verdicts,
         tuple(n.node for n in nodes),
         tuple(sorted(reasons.items())),
+        sandbox_missing=blocked,
     )
 
 
-def _verdict(image: ContainerImage, nodes: list[NodeImages], require: str, now: float | None) -> ImageVerdict:
+def _verdict(image: ContainerImage, nodes: list[NodeImages], require: str, now: float | None,
+             halted: frozenset[str] = frozenset()) -> ImageVerdict:
     try:
         key = image_key(image.image)
     except InvalidReference as exc:
@@ -169,7 +199,9 @@ def _verdict(image: ContainerImage, nodes: list[NodeImages], require: str, now: 
         return ImageVerdict(image, UNKNOWN, key)
     holders, missing, unknown = 0, [], []
     for node in nodes:
-        if node.holds(key):
+        if halted and node.node in halted:
+            missing.append(node.node)  # it holds the image, maybe, but can start no container
+        elif node.holds(key):
             holders += 1
         elif node.conclusive(now, key):
             missing.append(node.node)
@@ -185,7 +217,9 @@ def _verdict(image: ContainerImage, nodes: list[NodeImages], require: str, now: 
 
 def holding_nodes(verdicts: Sequence[ImageVerdict], eligible: Sequence[str]) -> list[str]:
     """The eligible nodes known to hold every checked image. From verdicts decided with REQUIRE_ALL,
-    whose missing_on and unknown_on name every eligible node that lacks or may lack each image."""
+    whose missing_on and unknown_on name every eligible node that lacks or may lack each image.
+    Pass Decision.runnable as `eligible`: a pod without checked images holds nothing to rule out
+    a node that can start no pod."""
     lacking: set[str] = set()
     for verdict in verdicts:
         lacking.update(verdict.missing_on)
@@ -204,12 +238,13 @@ def _on_one_node(verdicts: tuple[ImageVerdict, ...], eligible: list[str]) -> tup
     return tuple(replace(v, status=PRESENT) if v.status in checked else v for v in verdicts)
 
 
-def _outcome(verdicts: tuple[ImageVerdict, ...], any_eligible: bool) -> str:
+def _outcome(verdicts: tuple[ImageVerdict, ...], any_eligible: bool, stranded: bool = False) -> str:
+    """`stranded`: the pod may land, or can only land, where no pod starts (decide_images)."""
     statuses = {v.status for v in verdicts}
     if INVALID in statuses:
         return DENY
     if not any_eligible and statuses - {NOT_CHECKED}:
         return NO_ELIGIBLE_NODE
-    if MISSING in statuses:
+    if MISSING in statuses or stranded:
         return DENY
     return UNKNOWN if UNKNOWN in statuses else ALLOW

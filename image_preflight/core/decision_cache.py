@@ -1,10 +1,11 @@
 """Remembering decisions: rollout Jobs differ in names, env and commands, rarely in what decides.
 
 A decision reads only a pod spec's containers and image volumes (name, image, pull policy) and
-its scheduling fields; the key is exactly those, so two specs with one key get one decision. Each
+its scheduling fields; the key is exactly those, so two specs with one key get one decision. What
+it reads of the nodes (lists, traits, a missing sandbox image) is the inventory's: each
 Inventory keeps its own (a new inventory starts empty), and an entry lasts until the next node
 list lease in the inventory expires (or is asked about before the last one it saw expired), since
-expiry alone can change a verdict.
+expiry alone can change a verdict (a list's images and its sandbox report alike).
 """
 
 from __future__ import annotations

@@ -57,6 +57,10 @@ class NodeImages:
     capped: bool = False  # node status at the kubelet's nodeStatusMaxImages: why it is not complete
     # Longer than the cap we were told: proof that the cap given (--max-images) is not the kubelet's.
     over_cap: int | None = None  # the cap in force when that happened
+    # The sandbox (pause) image its runtime lacks, from the node agent's spec.sandboxImage: every
+    # RunPodSandbox there fails, so no pod starts. None: present, or not reported. One interned
+    # string shared by every node that lacks the same image.
+    sandbox_missing: str | None = None
 
     @classmethod
     def from_names(
@@ -73,13 +77,22 @@ class NodeImages:
     def holds(self, key: str) -> bool:
         return key in self.refs or key in self.ids
 
+    def current(self, now: float | None) -> bool:
+        """Whether the list's lease still runs at `now` (None: no clock, as for a snapshot)."""
+        return self.expires_at is None or now is None or now < self.expires_at
+
+    def lacks_sandbox(self, now: float | None) -> str | None:
+        """The sandbox image this node's runtime lacks while its list is current; a stale report
+        proves nothing (the image may have been imported since)."""
+        return self.sandbox_missing if self.sandbox_missing is not None and self.current(now) else None
+
     def conclusive(self, now: float | None, key: str = "") -> bool:
         """Whether `key` absent here means the node lacks the image. Node status lists names only
         (pkg/kubelet/nodestatus/setters.go, Images: RepoDigests and RepoTags), so an image ID is
         proven absent only by a list that carries IDs, such as the runtime's."""
         if not self.complete or (is_image_id(key) and not self.ids):
             return False
-        return self.expires_at is None or now is None or now < self.expires_at
+        return self.current(now)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ import json
 from collections.abc import Mapping
 
 from image_preflight.core.objects import as_mapping
-from image_preflight.core.pull_failures import finished
+from image_preflight.core.pull_failures import FAILED_SANDBOX, finished
 from image_preflight.core.stalls import Stall
 
 ANNOTATION = "image-preflight.io/watchdog"
@@ -44,6 +44,9 @@ def cause(stall: Stall) -> str:
     stuck = stall.stuck
     where = f"on node {stall.node}" if stall.node else "before it was bound"
     said = f": {stuck.message}" if stuck.message else ""
+    if stuck.reason == FAILED_SANDBOX:
+        return (f"pod {stall.name} {where} cannot start: the container runtime there lacks its sandbox image "
+                f"{stuck.reference} ({stuck.reason}){said}")
     return (f"pod {stall.name} container {stuck.container!r} {where} waits with {stuck.reason} for image "
             f"{stuck.reference} (imagePullPolicy {stuck.pull_policy}){said}")
 

@@ -14,6 +14,8 @@ MAX_WARNING = 120  # the apiserver truncates at 256; shorter reads well in kubec
 MAX_WARNINGS_TOTAL = 4096  # the apiserver ignores warnings past 4 KiB
 NODES_NAMED = 5
 ADVICE = "build or load the image on those nodes, or drop the row with `image-preflight scan`"
+# Into the namespace the CRI plugin reads (containerd's k8s.io), as `ctr` reads an image tarball.
+SANDBOX_ADVICE = "import it: ctr -n k8s.io images import pause.tar"
 
 
 def _nodes(names: tuple[str, ...]) -> str:
@@ -22,25 +24,41 @@ def _nodes(names: tuple[str, ...]) -> str:
     return f"{shown} and {more} more" if more > 0 else shown
 
 
-def _missing_clause(verdict: ImageVerdict) -> str:
+def _missing_clause(verdict: ImageVerdict, lacking: tuple[str, ...]) -> str:
     image = verdict.image
     return (
         f"image {image.image!r} ({image.label}, imagePullPolicy {image.pull_policy}) "
-        f"is absent from eligible node(s) {_nodes(verdict.missing_on)}"
+        f"is absent from eligible node(s) {_nodes(lacking)}"
     )
+
+
+def _by_sandbox_image(decision: Decision) -> list[tuple[str, tuple[str, ...]]]:
+    """(sandbox image, nodes lacking it), in the order the nodes come."""
+    grouped: dict[str, list[str]] = {}
+    for node, image in decision.sandbox_missing:
+        grouped.setdefault(image, []).append(node)
+    return [(image, tuple(nodes)) for image, nodes in grouped.items()]
+
+
+def sandbox_clauses(decision: Decision) -> list[str]:
+    """One clause per sandbox image that eligible nodes' runtimes lack (core/decision.py, decide_images)."""
+    return [f"eligible node(s) {_nodes(nodes)} cannot start any pod: the container runtime lacks its sandbox "
+            f"image {image!r}, so the pod would wait in ContainerCreating (FailedCreatePodSandBox); {SANDBOX_ADVICE}"
+            for image, nodes in _by_sandbox_image(decision)]
 
 
 def denial_message(decision: Decision) -> str:
     """Name as many images as fit in MAX_MESSAGE and count the rest, so the advice survives the
-    limit. Linear in the number of images: clauses are built only while they fit."""
-    flagged = [v for v in decision.verdicts if v.status == INVALID] + [
-        v for v in decision.verdicts if v.status == MISSING]
+    limit. Linear in the number of images: clauses are built only while they fit. Nodes that
+    start no pod are named once, for their sandbox image, not under each image."""
+    flagged: list = sandbox_clauses(decision) + [v for v in decision.verdicts if v.status == INVALID] + [
+        v for v in decision.verdicts if v.status == MISSING and decision.image_missing_on(v)]
     advice = ""
-    if any(v.status == MISSING for v in flagged):
+    if any(not isinstance(v, str) and v.status == MISSING for v in flagged):
         advice = f"; the pod would wait in ImagePullBackOff/ErrImageNeverPull: {ADVICE}"
     head, size, shown = "invalid: ", len(b"invalid: "), []
     for index, verdict in enumerate(flagged):
-        clause = _clause(verdict)
+        clause = verdict if isinstance(verdict, str) else _clause(verdict, decision)
         rest = len(flagged) - index - 1
         tail = (f"; and {rest} more image(s)" if rest else "") + advice
         added = len(_utf8(clause)) + (2 if shown else 0)
@@ -55,10 +73,10 @@ def denial_message(decision: Decision) -> str:
     return _clip(head + "; ".join(shown), MAX_MESSAGE - len(_utf8(tail))) + tail
 
 
-def _clause(verdict: ImageVerdict) -> str:
+def _clause(verdict: ImageVerdict, decision: Decision) -> str:
     if verdict.status == INVALID:
         return f"invalid image reference {verdict.image.image!r} in {verdict.image.label}"
-    return _missing_clause(verdict)
+    return _missing_clause(verdict, decision.image_missing_on(verdict))
 
 
 def _unplaced(decision: Decision) -> str:
@@ -104,10 +122,12 @@ def unknown_warnings(decision: Decision) -> list[str]:
 
 
 def missing_warnings(decision: Decision) -> list[str]:
-    """What enforce mode would deny for: missing images and invalid references."""
-    return _warnings(decision, INVALID, "invalid image reference {image}") + _warnings(
-        decision, MISSING, "{image} absent from {missing}"
-    )
+    """What enforce mode would deny for: nodes that start no pod, missing images and invalid references."""
+    sandbox = [_clip(f"image-preflight: node(s) {_nodes(nodes)} cannot start any pod: the runtime lacks its "
+                     f"sandbox image {image}", MAX_WARNING) for image, nodes in _by_sandbox_image(decision)]
+    missing = [_clip(f"image-preflight: {v.image.image} absent from {_nodes(lacking)}", MAX_WARNING)
+               for v in decision.verdicts if v.status == MISSING and (lacking := decision.image_missing_on(v))]
+    return sandbox + _warnings(decision, INVALID, "invalid image reference {image}") + missing
 
 
 def not_checked_warnings(decision: Decision) -> list[str]:

@@ -1,4 +1,5 @@
-"""Which containers of a Pod wait for an image their kubelet cannot get, and who owns the Pod.
+"""Which containers of a Pod wait for an image their kubelet cannot get, which Pods cannot start
+for want of their runtime's sandbox image, and who owns the Pod.
 
 Pure: reads Pods, Jobs and Events as the API returns them (camelCase dicts) and never raises on
 their content; what cannot be read is not a failure. The watchdog acts on what this finds.
@@ -137,3 +138,87 @@ def webhook_denial(event: Mapping, webhooks: frozenset[str]) -> str | None:
         return None
     name, separator, denial = message[len(_FAILED_CREATE):].partition(_DENIED)
     return denial if separator and name in webhooks else None
+
+
+# How the kubelet reports a Pod whose sandbox the runtime could not create
+# (pkg/kubelet/kuberuntime/kuberuntime_manager.go, SyncPod: Eventf(ref, Warning,
+# events.FailedCreatePodSandBox, "Failed to create pod sandbox: %v", err)), err being the CRI
+# call's gRPC status, "rpc error: code = <code> desc = <containerd's words>".
+FAILED_SANDBOX = "FailedCreatePodSandBox"
+_SANDBOX_PREFIX = "Failed to create pod sandbox: "
+# containerd's words when it lacks its sandbox (pause) image, before the image's name:
+# - "failed to get sandbox image %q: %w": the podsandbox controller's Start (2.x
+#   internal/cri/server/podsandbox/sandbox_run.go; 1.6/1.7 pkg/cri/server/sandbox_run.go
+#   RunPodSandbox), wrapping the failed lookup (`image %q: not found`) or pull (`failed to pull
+#   image %q: ...`, ensureImageExists, up to 2.2);
+# - "failed to pull image %q: %w" first in the gRPC text: 2.3's criService.ensurePauseImageExists
+#   (internal/cri/server/sandbox_run.go), the one image RunPodSandbox pulls.
+_SANDBOX_IMAGE = ('failed to get sandbox image "', 'desc = failed to pull image "')
+# Only "not found" means the image is not to be had (containerd's errdefs.ErrNotFound, which
+# errgrpc.ToGRPC turns into code NotFound); a registry out of reach may answer the next attempt.
+_NOT_FOUND = ("code = NotFound", ": not found")
+_MAX_NAME = 1024  # a quoted reference longer than any valid one is not read as one
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxFailure:
+    pod_uid: str
+    namespace: str
+    pod: str
+    node: str  # the reporting kubelet's host, "" when it does not say
+    image: str  # the sandbox image, as containerd quotes it
+    message: str  # the kubelet's words
+
+
+def sandbox_image_missing(event: Mapping) -> SandboxFailure | None:
+    """The failure when `event` is a kubelet's FailedCreatePodSandBox saying the runtime lacks its
+    sandbox image (not found); None for any other sandbox failure (network, runtime handler)."""
+    pod = as_mapping(event.get("involvedObject"))
+    if event.get("reason") != FAILED_SANDBOX or pod.get("kind") != "Pod" or not as_text(pod.get("uid")):
+        return None
+    message = as_text(event.get("message"))
+    if not message.startswith(_SANDBOX_PREFIX) or not any(word in message for word in _NOT_FOUND):
+        return None
+    for marker in _SANDBOX_IMAGE:
+        start = message.find(marker)
+        if start < 0:
+            continue
+        start += len(marker)
+        end = message.find('"', start, start + _MAX_NAME + 1)
+        if end > start:
+            namespace = as_text(pod.get("namespace")) or as_text(as_mapping(event.get("metadata")).get("namespace"))
+            return SandboxFailure(pod["uid"], namespace, as_text(pod.get("name")),
+                                  as_text(as_mapping(event.get("source")).get("host")), message[start:end], message)
+    return None
+
+
+# Waiting reasons a container has before its Pod's sandbox exists (pkg/kubelet/kubelet_pods.go,
+# convertToAPIContainerStatuses: ContainerCreating, or PodInitializing behind init containers);
+# any other state means the kubelet got past RunPodSandbox.
+_BEFORE_SANDBOX = frozenset({"ContainerCreating", "PodInitializing"})
+
+
+def awaiting_sandbox(pod: Mapping) -> bool:
+    """Bound to a node, not settled, and with no sign yet that its sandbox is up: no
+    PodReadyToStartContainers condition True (pkg/kubelet/status/generate.go), no container
+    past ContainerCreating/PodInitializing."""
+    if settled(pod):
+        return False
+    spec, status = as_mapping(pod.get("spec")), as_mapping(pod.get("status"))
+    if not spec.get("nodeName") or status.get("phase") not in (None, "", "Pending"):
+        return False
+    conditions = status.get("conditions")
+    for condition in conditions if isinstance(conditions, list) else ():
+        condition = as_mapping(condition)
+        if condition.get("type") == "PodReadyToStartContainers" and condition.get("status") == "True":
+            return False
+    for statuses, _ in _STATUSES:
+        entries = status.get(statuses)
+        for entry in entries if isinstance(entries, list) else ():
+            state = as_mapping(as_mapping(entry).get("state"))
+            if state.get("running") is not None or state.get("terminated") is not None:
+                return False
+            reason = as_mapping(state.get("waiting")).get("reason")
+            if reason and reason not in _BEFORE_SANDBOX:
+                return False
+    return True

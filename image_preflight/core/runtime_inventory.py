@@ -8,10 +8,13 @@
       observedAt: "2026-11-29T19:00:00Z"
       leaseDurationSeconds: 300        # stale, so inconclusive, after observedAt + lease
       images: [{id, repoTags, repoDigests, size, pinned}, ...]
+      sandboxImage: {name, present}    # optional: the runtime's sandbox (pause) image, and
+                                       # whether it holds it; absent: the runtime did not say
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 
@@ -84,6 +87,32 @@ def image_id(image: Mapping, where: str) -> str | None:
     return value if type(value) is str and value.isascii() else string(value, f"{where}.id")
 
 
+# Far above any image reference (docker/distribution reference: a 255-character name, a 128-character
+# tag, a digest), so only a hostile object is refused; it bounds what messages and logs may quote.
+_MAX_SANDBOX_NAME = 1024
+
+
+def sandbox_missing(spec: Mapping) -> str | None:
+    """The sandbox image `spec.sandboxImage` says the runtime lacks, or None when it holds it or the
+    object does not say. The name is kept as the runtime's configuration writes it (containerd 2.x
+    `pinned_images.sandbox`, 1.x `sandbox_image`), interned: every node lacking it shares one string."""
+    report = spec.get("sandboxImage")
+    if report is None:
+        return None
+    if not isinstance(report, Mapping):
+        raise ValueError("spec.sandboxImage: not an object")
+    name = report.get("name")
+    if name is None or name == "":
+        raise ValueError("spec.sandboxImage.name: missing")
+    name = string(name, "spec.sandboxImage.name")
+    if len(name) > _MAX_SANDBOX_NAME:
+        raise ValueError(f"spec.sandboxImage.name: longer than {_MAX_SANDBOX_NAME} characters")
+    present = report.get("present")
+    if type(present) is not bool:
+        raise ValueError("spec.sandboxImage.present: missing or not a boolean")
+    return None if present else sys.intern(str(name))
+
+
 # leaseDurationSeconds is an int64; a longer one would overflow the float of expires_at.
 _MAX_LEASE = 2**63 - 1
 
@@ -116,13 +145,16 @@ def node_images_from_runtime(obj: Mapping) -> NodeImages:
         if found:
             ids.append(found)
     return NodeImages.from_names(
-        node, names, ids=ids, complete=True, observed_at=observed_at, expires_at=observed_at + lease, source="cri"
+        node, names, ids=ids, complete=True, observed_at=observed_at, expires_at=observed_at + lease, source="cri",
+        sandbox_missing=sandbox_missing(spec),
     )
 
 
-def runtime_object(node: str, images: Sequence[Mapping], *, observed_at: float, lease_seconds: int) -> dict:
-    """The NodeImages object for `node`; images are dicts with id, repoTags, repoDigests, size, pinned."""
-    return {
+def runtime_object(node: str, images: Sequence[Mapping], *, observed_at: float, lease_seconds: int,
+                   sandbox_image: Mapping | None = None) -> dict:
+    """The NodeImages object for `node`; images are dicts with id, repoTags, repoDigests, size, pinned.
+    `sandbox_image` ({name, present}) becomes `spec.sandboxImage`; None leaves it out."""
+    obj = {
         "apiVersion": API_VERSION,
         "kind": RUNTIME_KIND,
         "metadata": {"name": node},
@@ -133,3 +165,6 @@ def runtime_object(node: str, images: Sequence[Mapping], *, observed_at: float, 
             "images": [dict(image) for image in images],
         },
     }
+    if sandbox_image is not None:
+        obj["spec"]["sandboxImage"] = {"name": sandbox_image["name"], "present": bool(sandbox_image["present"])}
+    return obj

@@ -4,8 +4,12 @@ denied a Pod: the watchdog's memory, with time passed in (no clock is read here)
 A Pod is remembered from the first status that shows a container stuck (see pull_failures) until
 it recovers, settles or goes; it is due once it has been stuck for `grace` seconds without a
 break. A Job's FailedCreate carrying a webhook's denial is due at once: the denial is the decision
-the next attempt would get too. Each subject is handed out once; a failed action is put back.
-Only the opted-in namespaces are handed out, so a namespace labelled later gets its stuck Pods.
+the next attempt would get too. A Pod whose kubelet reports that the runtime lacks its sandbox
+image (FailedCreatePodSandBox, see pull_failures) is due after the same grace from that first
+report, while the Pod stays bound and unstarted: the Event names the Pod, the Pod its Job, so each
+bound unstarted Pod is remembered (namespace, name, owner, node) until it starts or goes. Each
+subject is handed out once; a failed action is put back. Only the opted-in namespaces are handed
+out, so a namespace labelled later gets its stuck Pods.
 """
 
 from __future__ import annotations
@@ -14,19 +18,32 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from image_preflight.core.objects import as_mapping, as_text
-from image_preflight.core.pull_failures import Owner, Stuck, controller_of, stuck_containers, webhook_denial
+from image_preflight.core.pull_failures import (
+    FAILED_SANDBOX,
+    Owner,
+    SandboxFailure,
+    Stuck,
+    awaiting_sandbox,
+    controller_of,
+    reference_of,
+    sandbox_image_missing,
+    stuck_containers,
+    webhook_denial,
+)
+
+POD, JOB, SANDBOX = "pod/", "job/", "sandbox/"  # key prefixes: a Pod's images, a denied Job, a Pod's sandbox
 
 
 @dataclass(frozen=True, slots=True)
 class Stall:
-    key: str  # "pod/<uid>" or "job/<uid>"
+    key: str  # "pod/<uid>", "sandbox/<pod uid>" or "job/<uid>"
     namespace: str
     kind: str  # of the subject: "Pod" or "Job"
     name: str
     uid: str
     owner: Owner | None  # the Job to fail; for a denial the Job itself
     node: str  # "" for a denial (no Pod) or an unscheduled Pod
-    stuck: Stuck | None  # the first stuck container (a Pod)
+    stuck: Stuck | None  # the first stuck container (a Pod); for its sandbox, reason FAILED_SANDBOX and no container
     denial: str | None  # the webhook's words (a Job)
     since: float
 
@@ -53,12 +70,30 @@ def denial_stall(event: Mapping, now: float, webhooks: frozenset[str]) -> Stall 
     return Stall(f"job/{uid}", namespace, "Job", owner.name, uid, owner, "", None, denial, now)
 
 
+@dataclass(frozen=True, slots=True)
+class _Unstarted:
+    """What a sandbox stall needs of a bound Pod whose sandbox is not up yet."""
+
+    namespace: str
+    name: str
+    owner: Owner | None
+    node: str
+
+
+def sandbox_stall(uid: str, pod: _Unstarted, failure: SandboxFailure, since: float) -> Stall:
+    stuck = Stuck("", failure.image, reference_of(failure.image), "", FAILED_SANDBOX, failure.message)
+    return Stall(SANDBOX + uid, pod.namespace, "Pod", pod.name, uid, pod.owner, pod.node or failure.node, stuck,
+                 None, since)
+
+
 def pod_key(pod: Mapping) -> str:
-    return f"pod/{as_text(as_mapping(pod.get('metadata')).get('uid'))}"
+    return f"{POD}{as_text(as_mapping(pod.get('metadata')).get('uid'))}"
 
 
 def event_key(event: Mapping) -> str:
-    return f"job/{as_text(as_mapping(event.get('involvedObject')).get('uid'))}"
+    """A FailedCreatePodSandBox is keyed by its Pod, a FailedCreate by its Job."""
+    prefix = SANDBOX if event.get("reason") == FAILED_SANDBOX else JOB
+    return f"{prefix}{as_text(as_mapping(event.get('involvedObject')).get('uid'))}"
 
 
 class Stalls:
@@ -69,6 +104,8 @@ class Stalls:
         self.webhooks = webhooks
         self._pending: dict[str, tuple[Stall, float]] = {}  # key -> (stall, due)
         self._handed: set[str] = set()  # keys handed out, until their subject goes
+        self._unstarted: dict[str, _Unstarted] = {}  # pod uid -> bound Pod whose sandbox is not up
+        self._sandbox: dict[str, tuple[SandboxFailure, float]] = {}  # pod uid -> (latest words, first seen)
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -77,6 +114,7 @@ class Stalls:
 
     def see_pod(self, pod: Mapping, now: float) -> None:
         key = pod_key(pod)
+        self._see_unstarted(pod)
         stall = pod_stall(pod, now, include_always=self.include_always)
         if stall is None:
             self._pending.pop(key, None)  # recovered within the grace, or settled
@@ -87,9 +125,47 @@ class Stalls:
             self._pending[key] = (replace(stall, since=since), earlier[1] if earlier else since + self.grace)
 
     def forget_pod(self, pod: Mapping) -> None:
-        self.forget(pod_key(pod))
+        key = pod_key(pod)
+        self.forget(key)
+        self._forget_unstarted(key[len(POD):])
+
+    def _see_unstarted(self, pod: Mapping) -> None:
+        uid = as_text(as_mapping(pod.get("metadata")).get("uid"))
+        if not uid:
+            return
+        if not awaiting_sandbox(pod):
+            if uid in self._unstarted or uid in self._sandbox:
+                # Its sandbox is up (or it settled): whatever the kubelet said before no longer holds.
+                self._unstarted.pop(uid, None)
+                self._sandbox.pop(uid, None)
+                self._pending.pop(SANDBOX + uid, None)
+            return
+        metadata, spec = as_mapping(pod.get("metadata")), as_mapping(pod.get("spec"))
+        self._unstarted[uid] = _Unstarted(as_text(metadata.get("namespace")), as_text(metadata.get("name")),
+                                          controller_of(pod), as_text(spec.get("nodeName")))
+        self._arm_sandbox(uid)
+
+    def _forget_unstarted(self, uid: str) -> None:
+        self._unstarted.pop(uid, None)
+        self.forget(SANDBOX + uid)
+
+    def _arm_sandbox(self, uid: str) -> None:
+        """Pending once both the kubelet's report and the Pod are known; due a grace after the report."""
+        key = SANDBOX + uid
+        pod, reported = self._unstarted.get(uid), self._sandbox.get(uid)
+        if pod is None or reported is None or key in self._handed:
+            return
+        failure, since = reported
+        self._pending[key] = (sandbox_stall(uid, pod, failure, since), since + self.grace)
 
     def see_event(self, event: Mapping, now: float) -> None:
+        failure = sandbox_image_missing(event)
+        if failure is not None:
+            earlier = self._sandbox.get(failure.pod_uid)
+            # Reported again (the Event's count rises): keep the first sighting, take the newer words.
+            self._sandbox[failure.pod_uid] = (failure, earlier[1] if earlier else now)
+            self._arm_sandbox(failure.pod_uid)
+            return
         stall = denial_stall(event, now, self.webhooks)
         if stall is not None and stall.key not in self._handed and stall.key not in self._pending:
             self._pending[stall.key] = (stall, now)
@@ -100,12 +176,20 @@ class Stalls:
     def forget(self, key: str) -> None:
         self._pending.pop(key, None)
         self._handed.discard(key)
+        if key.startswith(SANDBOX):
+            self._sandbox.pop(key[len(SANDBOX):], None)
 
     def replace(self, prefix: str, keys: Iterable[str]) -> None:
-        """After a relist of one kind ("pod/" or "job/"): forget what the list no longer has."""
+        """After a relist of one kind (POD, JOB or SANDBOX): forget what the list no longer has."""
         present = set(keys)
         for key in [k for k in (*self._pending, *self._handed) if k.startswith(prefix) and k not in present]:
             self.forget(key)
+        if prefix == POD:
+            for uid in [u for u in self._unstarted if POD + u not in present]:
+                self._forget_unstarted(uid)
+        elif prefix == SANDBOX:
+            for uid in [u for u in self._sandbox if SANDBOX + u not in present]:
+                self.forget(SANDBOX + uid)
 
     # -- what is due ---------------------------------------------------------------------------
 

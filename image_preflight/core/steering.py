@@ -72,9 +72,10 @@ def plan(decision: Decision, *, max_nodes: int = DEFAULT_MAX_NODES, terms: int =
         return Plan(reason=NO_ELIGIBLE)
     if UNKNOWN in statuses or any(v.unknown_on for v in decision.verdicts):
         return Plan(reason=INCOMPLETE)  # an unconfirmed node is never ruled out
-    if MISSING not in statuses:
+    if MISSING not in statuses and not decision.sandbox_missing:
         return Plan(reason=ALL_HOLD)
-    holders = holding_nodes(decision.verdicts, decision.eligible)
+    # A node whose runtime lacks its sandbox image starts no pod, whatever the pod's images.
+    holders = holding_nodes(decision.verdicts, decision.runnable)
     if not holders:
         return Plan(reason=NONE_HOLD)  # the validating webhook denies it
     if len(holders) * max(terms, 1) > max_nodes:

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from image_preflight.core.node_status import node_images_from_node
+from image_preflight.core.pull_failures import reference_of
 from image_preflight.core.runtime_inventory import node_images_from_runtime
 from image_preflight.core.scheduling import NodeTraits, PodPlacement, as_admitted, unschedulable_reason
 
@@ -200,8 +201,31 @@ def node_lists(nodes: Sequence[Mapping], published: Sequence[Mapping], caps: Map
         runtime[listed.node] = listed
     for node in nodes:
         name = (node.get("metadata") or {}).get("name", "?")
-        found.append(_node_list(node, name, runtime.get(name), caps.get(name), max_images, now))
+        agent = runtime.get(name)
+        found.append(_node_list(node, name, agent, caps.get(name), max_images, now))
+        missing = agent.lacks_sandbox(now) if agent is not None else None
+        if missing is not None:
+            found.append(sandbox_image(name, missing))
     return found
+
+
+# The label containerd's CRI plugin reads as "pinned" (internal/cri/labels, PinnedImageLabelKey),
+# which the kubelet's image garbage collection leaves alone (CRI Image.pinned).
+PINNED_LABEL = "io.cri-containerd.pinned=pinned"
+
+
+def sandbox_image(node: str, image: str) -> Finding:
+    """A node whose runtime lacks its sandbox image, as its node agent reports (spec.sandboxImage).
+    containerd sets the pinned label only on an image it pulls through CRI under the name its
+    configuration gives the sandbox (2.x `pinned_images.sandbox`, 1.6.22 and later `sandbox_image`:
+    internal/cri/server/images/image_pull.go, getLabels), never on `ctr images import`, and 1.6
+    before .22 never pins it: unpinned, the kubelet's image GC may delete it again."""
+    ref = reference_of(image)
+    return Finding(PROBLEM, f"node {node}: its container runtime lacks its sandbox image {image!r}: no pod can "
+                   "start there (each waits in ContainerCreating, Event FailedCreatePodSandBox)",
+                   f"on node {node}, ctr -n k8s.io images import pause.tar (the image saved with `ctr -n k8s.io "
+                   f"images export pause.tar {ref}` where it is held), then ctr -n k8s.io images label {ref} "
+                   f"{PINNED_LABEL} so that image garbage collection keeps it")
 
 
 def _node_list(node: Mapping, name: str, agent, cap: int | None, max_images: int | None, now: float) -> Finding:
