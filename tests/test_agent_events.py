@@ -26,6 +26,7 @@ from image_preflight.agent.events import IMAGE_EVENTS_FILTER, ImageEvents
 from image_preflight.agent.publisher import Agent, Publisher
 from image_preflight.cli import build_parser
 from tests.containerd import build_oci_archive_many, import_image, remove
+from tests.controlplane.network import relay
 from tests.test_agent import ALPHA, SWE, cluster, import_images, wait_listed, wait_until  # noqa: F401 - fixture
 
 NEVER = 600.0  # --interval: no periodic list happens within a test
@@ -264,21 +265,7 @@ class SocketProxy:
             upstream.connect(self.target)
             with self._lock:
                 self._connections += [client, upstream]
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        for end in (source, sink):
-            try:
-                end.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            threading.Thread(target=relay, args=(client, upstream), daemon=True).start()
 
 
 class CRIOnlyRuntime:

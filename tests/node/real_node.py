@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -434,16 +434,9 @@ class RealNode:
 
     def outside_requests(self) -> list[str]:
         """containerd's log lines that resolved or dialled anything but the stub registry."""
-        stub = f"127.0.0.1:{self.registry_port}"
-        log = (self.dir / "containerd.log").read_text(errors="replace") if (self.dir / "containerd.log").exists() else ""
-        found = []
-        for line in log.splitlines():
-            for host in re.findall(r'(?:host|url)="?(?:https?://)?([^/"\s]+)', line):
-                if host != stub and ("resolv" in line or "request" in line or "fetch" in line):
-                    found.append(line)
-            if re.search(r"dial tcp|lookup [^ ]+ on ", line) and stub not in line:
-                found.append(line)
-        return found
+        log = self.dir / "containerd.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        return outside_requests(text, f"127.0.0.1:{self.registry_port}")
 
     # --- teardown parts ------------------------------------------------------------------------------
 
@@ -498,8 +491,22 @@ class RealNode:
                 shutil.rmtree(path)
 
 
-def names_in(images: Iterable[list[str]]) -> set[str]:
-    return {name for names in images for name in names}
+# containerd's resolver logs `host=` and `url=` at debug for each request it makes
+# (core/remotes/docker/resolver.go); Go's resolver and dialer errors read "lookup X on Y" and
+# "dial tcp X".
+_HOST_FIELD = re.compile(r'\b(?:host|url)="?(?:https?://)?([^/"\s]+)')
+_NETWORK_ERROR = re.compile(r"\blookup [^ ]+ on |\bdial tcp ")
+
+
+def outside_requests(log: str, stub: str) -> list[str]:
+    """The lines of a containerd log that reached for any address but `stub` (host:port)."""
+    found = []
+    for line in log.splitlines():
+        asked = ("resolving" in line or "request" in line or "fetch" in line) and any(
+            host != stub for host in _HOST_FIELD.findall(line))
+        if asked or (_NETWORK_ERROR.search(line) and stub not in line):
+            found.append(line)
+    return found
 
 
 def _teardown(node: RealNode) -> None:

@@ -1,0 +1,28 @@
+"""What the real node's teardown reads in containerd's log to prove no pull left the machine
+(tests/node/real_node.py, outside_requests), on lines containerd 2.4.2 wrote in the tests."""
+
+from tests.node.real_node import outside_requests
+
+STUB = "127.0.0.1:36333"
+STUB_LINES = """\
+time="2026-12-01T10:59:44.866753239Z" level=debug msg=resolving host="127.0.0.1:36333" method=HEAD url="https://127.0.0.1:36333/v2/jyangballin/absent/manifests/openai?ns=docker.io"
+time="2026-12-01T10:59:44.868915033Z" level=info msg="trying next host" error="failed to do request: Head \\"https://127.0.0.1:36333/v2/jyangballin/absent/manifests/openai?ns=docker.io\\": tls: first record does not look like a TLS handshake" host="127.0.0.1:36333" method=HEAD url="https://127.0.0.1:36333/v2/jyangballin/absent/manifests/openai?ns=docker.io"
+time="2026-12-01T10:59:44.873474344Z" level=error msg="PullImage \\"docker.io/jyangballin/absent:openai\\" failed" error="rpc error: code = NotFound desc = failed to pull and unpack image \\"docker.io/jyangballin/absent:openai\\": failed to resolve image: docker.io/jyangballin/absent:openai: not found"
+"""
+
+
+def test_requests_to_the_stub_alone_pass():
+    assert outside_requests(STUB_LINES, STUB) == []
+
+
+def test_a_request_to_a_real_registry_is_caught():
+    line = ('time="2026-12-01T10:59:44Z" level=debug msg=resolving host=registry-1.docker.io method=HEAD '
+            'url="https://registry-1.docker.io/v2/library/busybox/manifests/latest"')
+    assert outside_requests(STUB_LINES + line, STUB) == [line]
+
+
+def test_a_lookup_or_a_dial_elsewhere_is_caught():
+    lookup = ('time="2026-12-01T10:59:44Z" level=info msg="trying next host" error="failed to do request: Head '
+              '\\"https://registry.local/v2/x/manifests/v1\\": dial tcp: lookup registry.local on 10.0.0.2:53: '
+              'dial udp 10.0.0.2:53: connect: network is unreachable"')
+    assert outside_requests(lookup, STUB) == [lookup]
