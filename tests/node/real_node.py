@@ -446,9 +446,16 @@ class RealNode:
         for pod in core.list_pod_for_all_namespaces(field_selector=selector).items:
             core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
         if self.kubelet is not None and self.kubelet.popen is not None and self.kubelet.popen.poll() is None:
-            # The kubelet stops the sandboxes of deleted Pods, which tears down their network.
-            wait_for(lambda: not self.ctr("tasks", "ls", "-q").strip(), "the node's tasks ended",
-                     timeout_s=60, interval_s=0.5)
+            # The kubelet stops the sandboxes of deleted Pods, which tears down their network;
+            # stopped tasks stay listed until the kubelet's container GC, which _kill_tasks spares.
+            try:
+                wait_for(lambda: not self.running_tasks(), "the node's tasks ended", timeout_s=60, interval_s=0.5)
+            except AssertionError as exc:
+                raise AssertionError(f"{exc}; still running:\n{self.ctr('tasks', 'ls')}") from None
+
+    def running_tasks(self) -> list[str]:
+        rows = [row.split() for row in self.ctr("tasks", "ls").splitlines()[1:]]
+        return [row[0] for row in rows if len(row) >= 3 and row[2] != "STOPPED"]
 
     def _kill_tasks(self) -> None:
         if self.containerd is None or self.containerd.popen is None or self.containerd.popen.poll() is not None:
