@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from image_preflight.core import job_failure
 from tests.agent_lightning import TEMPLATE, VENV, example_row, require_agent_lightning
 from tests.controlplane.cluster import free_port, terminate, wait_for
 from tests.test_real_node import (  # noqa: F401 - fixtures
@@ -160,7 +161,10 @@ def test_with_the_webhook_unreachable_the_watchdog_fails_the_job_and_the_rollout
         (rollout,) = agl.enqueue([ABSENT])
         status = agl.wait_state(rollout, {"failed", "succeeded"}, timeout_s=POLL_S + GRACE_S + 60)
     FIGURES["enqueue to FAILED, watchdog (grace 3 s)"] = time.monotonic() - start
-    assert status["state"] == "failed" and "DeadlineExceeded" in status["error_message"], status
+    # Its watch reports "Job failed" when it sees the Job controller's FailureTarget first.
+    assert status["state"] == "failed" and status["error_message"].startswith("Job failed"), status
+    job = agl.stack.batch.read_namespaced_job(status["k8s_job_name"], agl.namespace)
+    assert job_failure.ANNOTATION in (job.metadata.annotations or {})
     assert FIGURES["enqueue to FAILED, watchdog (grace 3 s)"] < POLL_S + GRACE_S + 20
 
 
@@ -179,7 +183,9 @@ def test_without_image_preflight_the_rollout_stays_running_in_image_pull_back_of
                  "the Pod in ImagePullBackOff", timeout_s=40)
         assert agl.status(rollout)["state"] == "running"
         status = agl.wait_state(rollout, {"failed", "succeeded"}, timeout_s=60)
-        assert "DeadlineExceeded" in status["error_message"], status
+        assert status["state"] == "failed" and status["error_message"].startswith("Job failed"), status
+        job = agl.stack.batch.read_namespaced_job(status["k8s_job_name"], agl.namespace)
+        assert job_failure.ANNOTATION not in (job.metadata.annotations or {})  # its own deadline, not ours
     finally:
         core.patch_namespace(agl.namespace, {"metadata": {"labels": ENFORCE}})
 
@@ -196,3 +202,28 @@ def test_a_batch_as_the_trainer_sends_it_fails_every_bad_rows_rollouts_and_runs_
     for index, rollout in enumerate(ids):
         if rows[index // 2] == HELD:
             assert agl.wait_state(rollout, {"succeeded", "failed"}, timeout_s=120)["state"] == "succeeded"
+
+
+def test_under_failure_policy_fail_an_unreachable_webhook_leaves_the_rollout_queuing(agl, deploy_copy):  # noqa: F811
+    """deploy/components/failure-policy-fail, the webhook unreachable: the apiserver refuses the Job
+    with an internal error that names no "invalid", so agent-lightning retries it every poll, for
+    ever (k8s_reconciler.py), with no Job for the watchdog to fail. Why deploy/ keeps Ignore."""
+    overlay = deploy_copy / "_real-node-fail"
+    overlay.mkdir(exist_ok=True)
+    (overlay / "kustomization.yaml").write_text(json.dumps({
+        "resources": ["../_real-node"], "components": ["../components/failure-policy-fail"]}))
+    plane = agl.stack.plane
+    plane.kubectl("apply", "--server-side", "-k", str(overlay))
+    try:
+        with agl.stack.webhook_unreachable():
+            wait_for(lambda: "failed calling webhook" in agl.stack.dry_run(agl.namespace, HELD)[1],
+                     "the apiserver fails closed")
+            (rollout,) = agl.enqueue([HELD])
+            time.sleep(POLL_S * 3)
+            assert agl.status(rollout)["state"] == "queuing"
+            assert not [j for j in _jobs(agl) if j.metadata.labels.get("agentlightning/rollout-id") == rollout]
+            assert "will retry" in (agl.folder / "agl-controller.log").read_text(errors="replace")
+    finally:
+        plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / "_real-node"))
+    # Once the webhook answers again the rollout's next poll creates its Job.
+    agl.wait_state(rollout, {"running", "succeeded"}, timeout_s=POLL_S * 3)
