@@ -3,7 +3,8 @@
 
 `build_job_spec` here is agent-lightning's own (agentlightning/controller/k8s_reconciler.py,
 build_job_spec), called in that interpreter on a `Rollout` as its server stores it, with the
-settings examples/swe_smith/run.sh gives its controller; nothing of its rendering is copied here.
+settings examples/swe_smith/run.sh gives its controller; `fails_at_once` runs its reconciler's
+`_create_job` on a refused creation. Nothing of its rendering or error handling is copied here.
 """
 
 from __future__ import annotations
@@ -33,24 +34,56 @@ TIMEOUT_SECONDS = 5400
 SERVER_URL = "http://agl-server.example:8080"
 KEY = "dummy"
 
-# Runs in agent-lightning's interpreter: JSON lines in, one Job (or the error's text) out each.
-_RENDER = """
-import json, sys, time
+# Runs in agent-lightning's interpreter: JSON lines in, one answer out each. "render" is
+# build_job_spec; "create" is K8sReconciler._create_job with the apiserver's refusal raised as kr8s
+# raises it (ServerError, its text the Status message), and the state the reconciler then gives.
+_AGENT_LIGHTNING = """
+import asyncio, json, logging, sys, time
+import structlog
 from omegaconf import OmegaConf
-from agentlightning.controller.k8s_reconciler import build_job_spec
+from kr8s._exceptions import ServerError
+from agentlightning.controller import k8s_reconciler
+from agentlightning.controller.k8s_reconciler import K8sReconciler, build_job_spec
 from agentlightning.schemas import Rollout
-for line in sys.stdin:
-    ask = json.loads(line)
+structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
+
+def rollout_and_config(ask):
     now = time.time()
     rollout = Rollout(rollout_id=ask["rollout_id"], input=ask["input"], is_train=ask["is_train"],
                       config={"timeout_seconds": ask["timeout_seconds"], "k8s": {"job_template": ask["template"]}},
                       status={"created_at": now, "updated_at": now})
     config = OmegaConf.create({"agl_server": {"url": ask["server_url"], "agent_url": None, "key": ask["key"]},
-                               "k8s_runner": {"namespace": ask["namespace"], "ttl_after_finished": ask["ttl"]}})
+                               "k8s_runner": {"namespace": ask["namespace"], "ttl_after_finished": ask["ttl"],
+                                              "max_jobs_per_minute": 100, "poll_interval": 5}})
+    return rollout, config
+
+async def create(ask):
+    rollout, config = rollout_and_config(ask)
+    reconciler = K8sReconciler(api=None, config=config)
+    patched = []
+    async def patch_status(rollout_id, **fields):
+        patched.append({k: str(getattr(v, "value", v)) for k, v in fields.items()})
+    async def refuse(self):
+        raise ServerError(ask["error"])
+    async def no_api():
+        return None
+    reconciler._patch_status = patch_status
+    reconciler._get_k8s_api = no_api
+    k8s_reconciler.k8s_objects.Job.async_create = refuse
+    await reconciler._create_job(rollout)
+    return patched
+
+for line in sys.stdin:
+    ask = json.loads(line)
     try:
-        print(json.dumps({"job": build_job_spec(rollout, config)}), flush=True)
+        if ask["kind"] == "render":
+            rollout, config = rollout_and_config(ask)
+            answer = {"job": build_job_spec(rollout, config)}
+        else:
+            answer = {"patched": asyncio.run(create(ask))}
     except Exception as exc:
-        print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}), flush=True)
+        answer = {"error": f"{type(exc).__name__}: {exc}"}
+    print(json.dumps(answer), flush=True)
 """
 
 
@@ -80,29 +113,44 @@ class RenderError(Exception):
 
 
 @lru_cache(maxsize=1)
-def _renderer() -> subprocess.Popen:
-    return subprocess.Popen([str(python()), "-c", _RENDER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, bufsize=1)
+def _agent_lightning() -> subprocess.Popen:
+    return subprocess.Popen([str(python()), "-c", _AGENT_LIGHTNING], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, bufsize=1)
+
+
+def _ask(kind: str, *, template: str, row: dict[str, Any], rollout_id: str, namespace: str | None,
+         is_train: bool = True, **extra: str) -> dict:
+    require_agent_lightning()
+    process = _agent_lightning()
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write(json.dumps({
+        "kind": kind, "rollout_id": rollout_id, "input": row, "is_train": is_train, "timeout_seconds": TIMEOUT_SECONDS,
+        "template": template, "server_url": SERVER_URL, "key": KEY, "namespace": namespace or "default",
+        "ttl": TTL_AFTER_FINISHED, **extra}) + "\n")
+    answer = json.loads(process.stdout.readline())
+    if "error" in answer:
+        raise RenderError(answer["error"])
+    return answer
 
 
 def build_job_spec(template: str, row: dict[str, Any], *, rollout_id: str, namespace: str | None,
                    is_train: bool = True) -> dict[str, Any]:
     """The Job agent-lightning's controller creates for this rollout. `namespace` None leaves
     metadata.namespace out (a file for `kubectl -n ... create -f`)."""
-    require_agent_lightning()
-    renderer = _renderer()
-    assert renderer.stdin is not None and renderer.stdout is not None
-    renderer.stdin.write(json.dumps({
-        "rollout_id": rollout_id, "input": row, "is_train": is_train, "timeout_seconds": TIMEOUT_SECONDS,
-        "template": template, "server_url": SERVER_URL, "key": KEY, "namespace": namespace or "default",
-        "ttl": TTL_AFTER_FINISHED}) + "\n")
-    answer = json.loads(renderer.stdout.readline())
-    if "error" in answer:
-        raise RenderError(answer["error"])
-    job = answer["job"]
+    job = _ask("render", template=template, row=row, rollout_id=rollout_id, namespace=namespace,
+               is_train=is_train)["job"]
     if namespace is None:
         job["metadata"].pop("namespace", None)
     return job
+
+
+def fails_at_once(error_text: str) -> bool:
+    """Whether agent-lightning's controller fails a rollout at once when its Job's creation is
+    refused with this text (as kr8s gives it: the apiserver's message), rather than retrying it."""
+    template = TEMPLATE.read_text()
+    patched = _ask("create", template=template, row={"image_name": "x", "problem_statement": "p"},
+                   rollout_id="probe", namespace="default", error=error_text)["patched"]
+    return any(p.get("state") == "failed" for p in patched)
 
 
 def example_row(instance_id: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from image_preflight.core import messages
 from image_preflight.core.admission import API_VERSION, AUDIT, ENFORCE, WARN, BadReview, Settings, admit, parse_review
 from image_preflight.core.inventory import Inventory, NodeImages
 from image_preflight.core.scheduling import NodeTraits, Taint
+from tests.agent_lightning import fails_at_once
 
 NOW = 1_796_000_000.0
 WEBHOOK_NAME = "image-preflight.image-preflight.io"
@@ -33,12 +34,6 @@ RESOURCES = {
 }
 OPTIONS = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
 WORKLOADS = [k for k in RESOURCES if k != "ConfigMap"]
-
-
-def agent_lightning_fails_at_once(error_text: str) -> bool:
-    """agent-lightning's test on a failed Job creation: anything else is retried forever."""
-    text = error_text.lower()
-    return "422" in text or "unprocessable" in text or "invalid" in text
 
 
 def apiserver_error(message: str) -> str:
@@ -403,7 +398,7 @@ def test_unknown_deny_denies_a_partial_list_with_text_that_fails_the_rollout():
     outcome = decide(review(workload("Job", pod_spec(ABSENT))), inventory, unknown="deny")
     reply = response(outcome)
     assert reply["allowed"] is False and reply["status"]["code"] == 422
-    assert agent_lightning_fails_at_once(apiserver_error(reply["status"]["message"]))
+    assert fails_at_once(apiserver_error(reply["status"]["message"]))
     assert ABSENT in reply["status"]["message"] and "cpu-1" in reply["status"]["message"]
     assert any("cpu-1" in w for w in reply["warnings"])
 
@@ -451,7 +446,7 @@ def test_a_node_whose_runtime_lacks_its_sandbox_image_denies_what_may_land_there
     assert message.startswith(f"invalid: eligible node(s) cpu-2 cannot start any pod: the container runtime lacks "
                               f"its sandbox image '{PAUSE}'")
     assert "cpu-1" not in message and messages.ADVICE not in message  # no image is missing anywhere
-    assert agent_lightning_fails_at_once(apiserver_error(message))
+    assert fails_at_once(apiserver_error(message))
     pinned = decide(review(workload("Job", pod_spec(HELD, policy=policy, nodeName="cpu-1"))), _without_sandbox())
     assert response(pinned)["allowed"] is True
 
@@ -569,7 +564,7 @@ def test_many_missing_images_on_many_nodes_fit_in_one_kib_with_counts_and_advice
     assert 0 < shown < len(images)
     assert f"and {len(images) - shown} more image(s)" in message
     assert message.endswith(messages.ADVICE)
-    assert agent_lightning_fails_at_once(apiserver_error(message))
+    assert fails_at_once(apiserver_error(message))
 
 
 def test_one_enormous_clause_is_clipped_and_keeps_the_advice():
@@ -612,13 +607,13 @@ def test_every_denial_fails_the_agent_lightning_rollout_at_once(spec):
     reply = response(decide(review(workload("Job", spec))))
     assert reply["allowed"] is False
     full = apiserver_error(reply["status"]["message"])
-    assert agent_lightning_fails_at_once(full)
+    assert fails_at_once(full)
     assert reply["status"]["message"].startswith("invalid")
 
 
 def test_the_agent_lightning_check_rejects_text_without_its_words():
     # The check itself must be able to fail, or the tests above prove nothing.
-    assert not agent_lightning_fails_at_once(apiserver_error("image missing on cpu-1"))
+    assert not fails_at_once(apiserver_error("image missing on cpu-1"))
 
 
 def test_the_log_record_names_what_was_decided():

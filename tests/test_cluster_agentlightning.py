@@ -18,7 +18,7 @@ from kubernetes.client.rest import ApiException
 from tests.agent_lightning import JOB_NAME_PREFIX, MANAGED_BY, TEMPLATE, build_job_spec, example_row
 from tests.controlplane.cluster import create_node, delete_namespaces, set_node_images, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.test_admission import agent_lightning_fails_at_once
+from tests.agent_lightning import fails_at_once
 from tests.test_cluster_webhook import (  # noqa: F401 - deployed is a fixture
     DENIED_PREFIX, ENFORCE_LABEL, _kr8s_create, _names, _namespace, _status, deployed)
 from tests.test_deploy import SELF_SIGNED, deploy_copy  # noqa: F401 - fixture
@@ -139,7 +139,7 @@ def test_a_job_rendered_from_agent_lightnings_template_with_a_missing_image_is_d
     assert isinstance(error, str), error
     # agentlightning/controller/k8s_reconciler.py, K8sReconciler._create_job: fails the rollout at once,
     # with error_message "Invalid Job spec: " + this text (the apiserver's Status message).
-    assert agent_lightning_fails_at_once(error), error
+    assert fails_at_once(error), error
     assert error.startswith(DENIED_PREFIX), error
     assert f"image '{MISSING}' (container 'agent', imagePullPolicy IfNotPresent)" in error
     eligible = error.split("is absent from eligible node(s) ", 1)[1].split(";", 1)[0].split(", ")

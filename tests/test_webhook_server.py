@@ -30,7 +30,8 @@ from image_preflight.certs.store import CertRequest, certificate_pem, ensure_cer
 from image_preflight.files.atomic import write_atomic
 from image_preflight.cli import build_parser
 from image_preflight.errors import InputError, UsageError
-from tests.test_admission import ABSENT, agent_lightning_fails_at_once, pod_spec, review, workload
+from tests.agent_lightning import fails_at_once
+from tests.test_admission import ABSENT, pod_spec, review, workload
 from image_preflight.core.admission import Settings
 from image_preflight.webhook.app import WebhookState, create_app, parse_timeout
 from image_preflight.webhook.command import build_server, stop_background
@@ -286,7 +287,7 @@ def test_a_job_with_an_image_absent_from_the_example_nodes_is_denied(example_web
     assert ABSENT in message and "cpu-node-1" in message and "IfNotPresent" in message
     assert "gpu-node-1" not in message  # tainted: the rollout pod cannot land there
     assert len(message.encode()) <= 1024
-    assert agent_lightning_fails_at_once(f'admission webhook "{WEBHOOK_NAME}" denied the request: {message}')
+    assert fails_at_once(f'admission webhook "{WEBHOOK_NAME}" denied the request: {message}')
 
 
 def test_a_job_whose_image_the_example_node_holds_is_allowed(example_webhook):
