@@ -277,3 +277,19 @@ def test_a_malformed_sandbox_report_is_one_line_naming_the_field():
     (first, *_) = node_lists([_node("cpu-1")], [broken], {}, 50, now=1_000_000_010)
     assert first.line() == ("problem: a NodeImages object cannot be read: spec.sandboxImage.present: missing or "
                             "not a boolean")
+
+
+@pytest.mark.parametrize("policy, problem", [("Fail", True), ("Ignore", False)])
+def test_failure_policy_fail_is_named_with_what_it_does_to_agent_lightning(policy, problem):
+    """Measured in tests/test_real_node_agentlightning.py: under Fail an outage leaves rollouts queuing."""
+    from image_preflight.doctor.findings import PROBLEM, webhook_configuration
+
+    configuration = {"metadata": {"name": "image-preflight"}, "webhooks": [{
+        "name": "validate.image-preflight.io", "failurePolicy": policy,
+        "clientConfig": {"caBundle": base64.b64encode(b"ca").decode(),
+                         "service": {"namespace": "image-preflight", "name": "image-preflight"}}}]}
+    found, _ = webhook_configuration([configuration])
+    lines = [f.line() for f in found if f.status == PROBLEM]
+    assert bool(lines) == problem
+    if problem:
+        assert "rollouts stay queuing" in lines[0] and "components/watchdog" in lines[0]

@@ -71,6 +71,14 @@ def webhook_configuration(configurations: Sequence[Mapping]) -> tuple[list[Findi
                                    webhook.get("namespaceSelector") or {}, webhook.get("failurePolicy") or "Fail")
             found = [Finding(OK, f"ValidatingWebhookConfiguration {name} sends reviews to Service "
                              f"{target.namespace}/{target.service}:{target.port} (failurePolicy {target.failure_policy})")]
+            if target.failure_policy == "Fail":
+                # Measured with agentlightning 1.0.2 (tests/test_real_node_agentlightning.py): its
+                # controller retries a creation refused without "invalid" for ever, no Job exists.
+                found.append(Finding(PROBLEM, f"ValidatingWebhookConfiguration {name} has failurePolicy Fail: while "
+                                     "the webhook is away, agent-lightning's rollouts stay queuing with no Job, "
+                                     "retried every poll, and training stalls",
+                                     "drop deploy/components/failure-policy-fail from the overlay (Ignore) and "
+                                     "deploy deploy/components/watchdog, which fails what an outage lets through"))
             if not ca_bundle:
                 found.append(Finding(PROBLEM, f"ValidatingWebhookConfiguration {name} has no caBundle: the apiserver "
                                      "cannot verify the webhook, so every call fails",
