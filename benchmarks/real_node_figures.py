@@ -1,0 +1,53 @@
+"""The figures the real-node tests record: from `ctr images import` to the first admitted Job (node
+status alone, and the node agent on containerd's events), and from a rollout's enqueue to its
+`failed` state through agent-lightning's own agl-server and agl-controller (the webhook, and the
+watchdog with the webhook unreachable).
+
+    .venv/bin/python benchmarks/real_node_figures.py --repeat 2
+
+Runs those tests of tests/test_real_node.py and tests/test_real_node_agentlightning.py --repeat
+times with IMAGE_PREFLIGHT_FIGURES set, and prints each figure's runs, median first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TESTS = [
+    "tests/test_real_node.py::test_an_image_imported_after_a_denial_is_admitted_once_the_kubelet_reports_it",
+    "tests/test_real_node.py::test_with_the_agent_an_import_is_admitted_within_seconds",
+    "tests/test_real_node_agentlightning.py::test_an_absent_image_fails_the_rollout_within_one_poll_with_our_words_and_no_job",
+    "tests/test_real_node_agentlightning.py::test_with_the_webhook_unreachable_the_watchdog_fails_the_job_and_the_rollout",
+]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+    folder = subprocess.run([str(ROOT / "tests" / "controlplane" / "build")], capture_output=True, text=True,
+                            check=True).stdout.strip().splitlines()[-1]
+    env = {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+    with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as figures:
+        for _ in range(args.repeat):
+            subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS], cwd=ROOT,
+                           check=True, capture_output=True, env={**env, "IMAGE_PREFLIGHT_FIGURES": figures.name})
+        runs: dict[str, list[float]] = {}
+        for line in figures.read().splitlines():
+            for name, value in json.loads(line).items():
+                runs.setdefault(name, []).append(value)
+    for name, values in runs.items():
+        print(f"| {name} | {statistics.median(values):.2f} s ({', '.join(f'{v:.2f}' for v in values)}) |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
