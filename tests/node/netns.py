@@ -72,6 +72,18 @@ def create_node_network() -> NodeNetwork:
     return network
 
 
+def remove_leftovers() -> list[str]:
+    """Namespaces of earlier node fixtures that no process uses any more (a run killed before its
+    teardown), deleted, and with each its veth pair; their names."""
+    removed = []
+    for line in _ip("netns", "list").splitlines():
+        name = line.split()[0] if line.strip() else ""
+        if name.startswith("ipf-node-") and not _ip("netns", "pids", name).strip():
+            subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)
+            removed.append(name)
+    return removed
+
+
 def host_addresses_in_use() -> bool:
     """Whether the host already holds the veth's address (another node fixture, or a leftover)."""
     return HOST_ADDRESS in _ip("-br", "addr")

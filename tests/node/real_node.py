@@ -129,6 +129,12 @@ def missing_parts() -> str | None:
     if kubelet is None or not (Path(kubelet).parent / "containerd" / "containerd").exists():
         return ("kubelet or containerd 2.x not built: run tests/controlplane/build and put the folder it"
                 " prints on PATH")
+    netns.remove_leftovers()
+    for tree in _cgroup_trees(KUBEPODS):  # a killed run's, if nothing runs in it any more
+        try:
+            _remove_cgroup(tree)
+        except OSError:
+            return f"{tree} is in use: another kubelet runs here"
     if netns.host_addresses_in_use():
         return f"{netns.HOST_ADDRESS} is already held on this host (another real node, or one left behind)"
     return None
