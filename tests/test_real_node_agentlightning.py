@@ -131,12 +131,17 @@ def _jobs(agl) -> list:
     return agl.stack.batch.list_namespaced_job(agl.namespace, label_selector="app.kubernetes.io/managed-by=agentlightning").items
 
 
+def _jobs_of(agl, rollout: str) -> list:
+    """The rollout's Jobs, by agent-lightning's label (its status may no longer name the Job)."""
+    return agl.stack.batch.list_namespaced_job(agl.namespace, label_selector=f"agentlightning/rollout-id={rollout}").items
+
+
 def test_a_held_image_runs_on_the_real_node_and_the_rollout_succeeds(agl):
     (rollout,) = agl.enqueue([HELD])
     agl.wait_state(rollout, {"running", "succeeded"}, timeout_s=POLL_S + 30)
     status = agl.wait_state(rollout, {"succeeded", "failed"}, timeout_s=90)
     assert status["state"] == "succeeded", status
-    (pod,) = agl.stack.pods(agl.namespace, status["k8s_job_name"])
+    (pod,) = agl.stack.pods(agl.namespace, _jobs_of(agl, rollout)[0].metadata.name)
     assert pod.spec.node_name == agl.stack.node.name
 
 
@@ -163,7 +168,7 @@ def test_with_the_webhook_unreachable_the_watchdog_fails_the_job_and_the_rollout
     FIGURES["enqueue to FAILED, watchdog (grace 3 s)"] = time.monotonic() - start
     # Its watch reports "Job failed" when it sees the Job controller's FailureTarget first.
     assert status["state"] == "failed" and status["error_message"].startswith("Job failed"), status
-    job = agl.stack.batch.read_namespaced_job(status["k8s_job_name"], agl.namespace)
+    (job,) = _jobs_of(agl, rollout)
     assert job_failure.ANNOTATION in (job.metadata.annotations or {})
     assert FIGURES["enqueue to FAILED, watchdog (grace 3 s)"] < POLL_S + GRACE_S + 20
 
@@ -178,13 +183,13 @@ def test_without_image_preflight_the_rollout_stays_running_in_image_pull_back_of
         (rollout,) = agl.enqueue([ABSENT], timeout_seconds=30)
         status = agl.wait_state(rollout, {"running", "failed"}, timeout_s=POLL_S * 3)
         assert status["state"] == "running", status
-        name = status["k8s_job_name"]
+        name = _jobs_of(agl, rollout)[0].metadata.name
         wait_for(lambda: "ImagePullBackOff" in agl.stack.waiting_reasons(agl.namespace, name),
                  "the Pod in ImagePullBackOff", timeout_s=40)
         assert agl.status(rollout)["state"] == "running"
         status = agl.wait_state(rollout, {"failed", "succeeded"}, timeout_s=60)
         assert status["state"] == "failed" and status["error_message"].startswith("Job failed"), status
-        job = agl.stack.batch.read_namespaced_job(status["k8s_job_name"], agl.namespace)
+        (job,) = _jobs_of(agl, rollout)
         assert job_failure.ANNOTATION not in (job.metadata.annotations or {})  # its own deadline, not ours
     finally:
         core.patch_namespace(agl.namespace, {"metadata": {"labels": ENFORCE}})
@@ -221,7 +226,7 @@ def test_under_failure_policy_fail_an_unreachable_webhook_leaves_the_rollout_que
             (rollout,) = agl.enqueue([HELD])
             time.sleep(POLL_S * 3)
             assert agl.status(rollout)["state"] == "queuing"
-            assert not [j for j in _jobs(agl) if j.metadata.labels.get("agentlightning/rollout-id") == rollout]
+            assert not _jobs_of(agl, rollout)
             assert "will retry" in (agl.folder / "agl-controller.log").read_text(errors="replace")
     finally:
         plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / "_real-node"))

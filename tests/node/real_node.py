@@ -453,11 +453,11 @@ class RealNode:
             core.delete_namespaced_pod(pod.metadata.name, pod.metadata.namespace, grace_period_seconds=0)
         if self.kubelet is not None and self.kubelet.popen is not None and self.kubelet.popen.poll() is None:
             # The kubelet stops the sandboxes of deleted Pods, which tears down their network;
-            # stopped tasks stay listed until the kubelet's container GC, which _kill_tasks spares.
-            try:
-                wait_for(lambda: not self.running_tasks(), "the node's tasks ended", timeout_s=60, interval_s=0.5)
-            except AssertionError as exc:
-                raise AssertionError(f"{exc}; still running:\n{self.ctr('tasks', 'ls')}") from None
+            # stopped tasks stay listed until the kubelet's container GC. What it has not stopped
+            # in time _kill_tasks kills, and leftovers() proves gone: only a leak fails the run.
+            deadline = time.monotonic() + 30
+            while self.running_tasks() and time.monotonic() < deadline:
+                time.sleep(0.5)
 
     def running_tasks(self) -> list[str]:
         rows = [row.split() for row in self.ctr("tasks", "ls").splitlines()[1:]]
