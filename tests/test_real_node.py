@@ -58,9 +58,8 @@ def stack(real_node, deploy_copy, tmp_path_factory):  # noqa: F811 - fixture
         "resources": [f"../{SELF_SIGNED}"], "components": ["../components/watchdog", "../components/steer"]}))
     plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / "agent"))
     plane.kubectl("wait", "--for=condition=Established", "crd/nodeimages.image-preflight.io")
-    plane.kubectl("apply", "--server-side", "-k", str(overlay))
-    plane.kubectl("-n", "image-preflight", "scale", "deployment", "--all", "--replicas=0")
     plane.kubectl("-n", "image-preflight-agent", "delete", "daemonset", "--all")
+    apply_without_pods(plane, overlay)
     certs = deploy_copy / SELF_SIGNED / "certs"
     served = ServedWebhook(plane, certs, plane.service_account_kubeconfig(
         "image-preflight", "image-preflight", folder / "serve.kubeconfig"), folder / "serve.log", "--steer")
@@ -80,6 +79,13 @@ def stack(real_node, deploy_copy, tmp_path_factory):  # noqa: F811 - fixture
         served.stop()
         for namespace in stack.namespaces:
             plane.core().delete_namespace(namespace)
+
+
+def apply_without_pods(plane, overlay: Path) -> None:
+    """`kubectl apply -k` of an overlay, its Deployments then scaled to none: their image is not
+    on the node, and their Pods would only wait there (and be made again as they are deleted)."""
+    plane.kubectl("apply", "--server-side", "-k", str(overlay))
+    plane.kubectl("-n", "image-preflight", "scale", "deployment", "--all", "--replicas=0")
 
 
 class Stack:
@@ -266,7 +272,7 @@ def test_doctor_tells_whether_the_webhook_is_registered_and_its_fix_works(stack)
         (line,) = [x for x in gone.splitlines() if "no ValidatingWebhookConfiguration holds the webhook" in x]
         assert "kubectl apply" in line, line
     finally:
-        stack.plane.kubectl("apply", "--server-side", "-k", str(stack.overlay))
+        apply_without_pods(stack.plane, stack.overlay)
     wait_for(lambda: "the apiserver calls the webhook: a dry-run Job" in doctor(stack),
              "the re-applied configuration is called", timeout_s=60, interval_s=1)
 

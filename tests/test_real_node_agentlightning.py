@@ -23,7 +23,7 @@ from image_preflight.core import job_failure
 from tests.agent_lightning import TEMPLATE, VENV, example_row, require_agent_lightning
 from tests.controlplane.cluster import free_port, terminate, wait_for
 from tests.test_real_node import (  # noqa: F401 - fixtures
-    ABSENT, DENIED, ENFORCE, GRACE_S, HELD, deploy_copy, example_row_id, stack)
+    ABSENT, DENIED, ENFORCE, GRACE_S, HELD, apply_without_pods, deploy_copy, example_row_id, stack)
 
 KEY = "dummy"  # run.sh's AGL_KEY default
 POLL_S = 5.0  # agl-controller's k8s_runner.poll_interval default, as run.sh leaves it
@@ -218,7 +218,7 @@ def test_under_failure_policy_fail_an_unreachable_webhook_leaves_the_rollout_que
     (overlay / "kustomization.yaml").write_text(json.dumps({
         "resources": ["../_real-node"], "components": ["../components/failure-policy-fail"]}))
     plane = agl.stack.plane
-    plane.kubectl("apply", "--server-side", "-k", str(overlay))
+    apply_without_pods(plane, overlay)
     try:
         with agl.stack.webhook_unreachable():
             wait_for(lambda: "failed calling webhook" in agl.stack.dry_run(agl.namespace, HELD)[1],
@@ -229,6 +229,6 @@ def test_under_failure_policy_fail_an_unreachable_webhook_leaves_the_rollout_que
             assert not _jobs_of(agl, rollout)
             assert "will retry" in (agl.folder / "agl-controller.log").read_text(errors="replace")
     finally:
-        plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / "_real-node"))
+        apply_without_pods(plane, deploy_copy / "_real-node")
     # Once the webhook answers again the rollout's next poll creates its Job.
     agl.wait_state(rollout, {"running", "succeeded"}, timeout_s=POLL_S * 3)
