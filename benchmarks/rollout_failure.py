@@ -69,9 +69,8 @@ def _histogram(stack) -> dict[float, float]:
     for line in text.splitlines():
         if line.startswith(METRIC + "_bucket{") and 'name="validate.image-preflight.io"' in line \
                 and 'type="validating"' in line and 'operation="CREATE"' in line:
-            le = line.split('le="', 1)[1].split('"', 1)[0]
-            buckets[float("inf") if le == "+Inf" else float(le)] = buckets.get(
-                float("inf") if le == "+Inf" else float(le), 0.0) + float(line.rsplit(" ", 1)[1])
+            le = float(line.split('le="', 1)[1].split('"', 1)[0])  # float() reads "+Inf" too
+            buckets[le] = buckets.get(le, 0.0) + float(line.rsplit(" ", 1)[1])
     return buckets
 
 

@@ -204,10 +204,9 @@ def verdict_of(decision: core.Decision, *, keep_unknown: bool = False) -> RowVer
         missing = [v for v in decision.with_status(core.MISSING) if decision.image_missing_on(v)]
         if missing:
             return RowVerdict(MISSING_IMAGE, _images(missing), _nodes(decision.image_missing_on(v) for v in missing))
-        if decision.sandbox_missing:
-            return RowVerdict(NO_SANDBOX, nodes=tuple(dict.fromkeys(n for n, _ in decision.sandbox_missing)),
-                              detail="; ".join(sandbox_clauses(decision)))
-        return RowVerdict(MISSING_IMAGE)
+        # Denied with no image missing on a node that runs pods: the denial is the sandbox's.
+        return RowVerdict(NO_SANDBOX, nodes=tuple(dict.fromkeys(n for n, _ in decision.sandbox_missing)),
+                          detail="; ".join(sandbox_clauses(decision)))
     if decision.outcome == core.UNKNOWN and not keep_unknown:
         unknown = decision.with_status(core.UNKNOWN)
         # No node named: say why (a RuntimeClass the inventory does not hold).

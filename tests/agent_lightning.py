@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import pytest
+from tests.needs import unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "tests" / "data" / "agent-lightning" / "job-template-openai.yaml"
@@ -100,12 +100,8 @@ def missing() -> str | None:
 
 
 def require_agent_lightning() -> None:
-    reason = missing()
-    if reason is None:
-        return
-    if os.environ.get("CI"):
-        pytest.fail(f"CI is set but {reason}")
-    pytest.skip(reason)
+    if (reason := missing()) is not None:
+        unavailable(reason)
 
 
 class RenderError(Exception):

@@ -29,6 +29,7 @@ from image_preflight.core.decision import DENY, decide
 from image_preflight.files.inventory import load_inventory_file
 from image_preflight.core.workloads import pod_spec_of
 from tests.agent_lightning import build_job_spec, example_row
+from tests.needs import unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -68,17 +69,11 @@ COMPONENTS = sorted(d for d, kind in KUSTOMIZATIONS.items() if kind == "Componen
 TARGETS = sorted(d for d, kind in KUSTOMIZATIONS.items() if kind != "Component") + [f"base+{c}" for c in COMPONENTS]
 
 
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason}; CI requires it")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="session")
 def kubectl() -> str:
     path = shutil.which("kubectl")
     if path is None:
-        _unavailable("kubectl not on PATH: cannot run `kubectl kustomize`")
+        unavailable("kubectl not on PATH: cannot run `kubectl kustomize`")
     return path
 
 
@@ -88,7 +83,7 @@ def checkov() -> str:
     for candidate in candidates:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    _unavailable("checkov not found ($CHECKOV, .venv-tools/bin/checkov, PATH); see .ci/run")
+    unavailable("checkov not found ($CHECKOV, .venv-tools/bin/checkov, PATH); see .ci/run")
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,7 @@ import pytest
 from image_preflight.core import job_failure
 from tests.agent_lightning import TEMPLATE, VENV, example_row, require_agent_lightning
 from tests.controlplane.cluster import free_port, terminate, wait_for
+from tests.needs import record_figures
 from tests.test_real_node import (  # noqa: F401 - fixtures
     ABSENT, DENIED, ENFORCE, GRACE_S, HELD, apply_without_pods, deploy_copy, example_row_id, stack)
 
@@ -122,9 +123,7 @@ def agl(stack, tmp_path_factory):  # noqa: F811 - fixture
         yield started
     finally:
         started.stop()
-    if path := os.environ.get("IMAGE_PREFLIGHT_FIGURES"):
-        with open(path, "a", encoding="utf-8") as out:
-            out.write(json.dumps(FIGURES) + "\n")
+    record_figures(FIGURES)
 
 
 def _jobs(agl) -> list:
