@@ -1,6 +1,8 @@
 # The image of the webhook (`image-preflight serve`), the watchdog and the node agent, as a non-root user.
 #   docker build -t image-preflight:0.1.0 .
-FROM python:3.11-slim
+# An argument, so that a build with no registry can start from a local image of the same Python.
+ARG BASE=python:3.11-slim
+FROM ${BASE}
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
@@ -12,6 +14,10 @@ RUN groupadd --system --gid 10001 image-preflight \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin image-preflight
 
+# pip's own settings, unset unless given, so that a build with no index can install from mounted
+# wheels: --build-arg PIP_NO_INDEX=1 --build-arg PIP_FIND_LINKS=/mnt. Not kept in the image.
+ARG PIP_NO_INDEX
+ARG PIP_FIND_LINKS
 COPY . /src
 # One image for the webhook and watchdog Deployments and the agent DaemonSet.
 RUN pip install "/src[all]" && rm -rf /src

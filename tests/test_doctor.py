@@ -293,3 +293,30 @@ def test_failure_policy_fail_is_named_with_what_it_does_to_agent_lightning(polic
     assert bool(lines) == problem
     if problem:
         assert "rollouts stay queuing" in lines[0] and "components/watchdog" in lines[0]
+
+
+def _replica(name: str, *, ready: bool, waiting: dict | None = None, deleting: bool = False) -> dict:
+    return {"metadata": {"namespace": "image-preflight", "name": name,
+                         **({"deletionTimestamp": "2026-12-01T00:00:00Z"} if deleting else {})},
+            "spec": {"nodeName": "cpu-1"},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                       "containerStatuses": [{"name": "webhook", "image": "image-preflight:0.1.0",
+                                              "state": {"waiting": waiting} if waiting else {"running": {}}}]}}
+
+
+def test_a_replica_waiting_for_its_own_image_is_named_with_its_node_and_the_import():
+    """The kubelet's waiting reasons for an image it cannot get (pkg/kubelet/images/types.go)."""
+    from image_preflight.doctor.findings import PROBLEM, WebhookTarget, deployment
+    target = WebhookTarget("image-preflight", "image-preflight", "image-preflight", 443, b"", {}, "Fail")
+    pods = [_replica("a", ready=True),
+            _replica("b", ready=False, waiting={"reason": "ErrImagePull", "message": "not found"}),
+            _replica("c", ready=False, waiting={"reason": "CrashLoopBackOff", "message": "back-off 10s"}),
+            _replica("d", ready=False, waiting={"reason": "ErrImagePull"}, deleting=True)]
+    found = deployment(target, 1, (1, 3), pods)
+    texts = [f.text for f in found if f.status == PROBLEM]
+    assert texts[0] == "Deployment image-preflight/image-preflight: 1 of 3 replicas ready"
+    assert texts[1] == ("Pod image-preflight/b: image image-preflight:0.1.0 is not on node cpu-1 (ErrImagePull): "
+                        "load it there (docs/deploy.md, step 2)")
+    assert "ctr -n k8s.io images import" in found[2].fix and "cpu-1" in found[2].fix
+    assert texts[2] == "Pod image-preflight/c: container webhook waits (CrashLoopBackOff: back-off 10s)"
+    assert len(texts) == 3  # a terminating Pod is on its way out

@@ -564,3 +564,32 @@ def test_with_steer_mutate_answers_a_pod_with_a_patch_and_validate_admits_its_jo
 def test_without_steer_there_is_no_mutate(example_webhook):
     status, _ = example_webhook.post(review(workload("Pod", pod_spec(ABSENT))), path="/mutate?timeout=2s")
     assert status == 404
+
+
+def test_a_stopping_server_closes_no_idle_connection_under_a_request(example_webhook, monkeypatch):
+    """Go's transport retries no POST on a kept-alive connection the server closed under it
+    (net/http transport.go, shouldRetryRequest): while stopping, the server tells the client with
+    `Connection: close` instead, and closes a connection left idle only after IDLE_DRAIN_S."""
+    from image_preflight.webhook import protocol
+    monkeypatch.setattr(protocol, "IDLE_DRAIN_S", 1.5)
+    used, idle = example_webhook.connect(), example_webhook.connect()
+    for connection in (used, idle):
+        assert example_webhook.post(missing_job_review(), connection=connection)[0] == 200
+    example_webhook.server.should_exit = True
+    time.sleep(0.5)  # shutting down: the listener is closed, both connections kept
+    with pytest.raises(OSError):
+        example_webhook.connect()
+    used.request("POST", "/validate?timeout=10s", body=json.dumps(missing_job_review()).encode(), headers={
+        "Host": f"{HOST}:{example_webhook.port}", "Content-Type": "application/json"})
+    reply = used.getresponse()
+    assert reply.status == 200 and reply.getheader("connection") == "close"
+    reply.read()
+    used.close()  # as a Go client does on Connection: close
+    assert example_webhook.thread.is_alive()  # the idle one is still open
+    idle.sock.settimeout(5)
+    start = time.monotonic()
+    assert idle.sock.recv(1) == b""  # closed by the server, after the drain
+    assert 0.5 < time.monotonic() - start < 3.0
+    idle.close()
+    example_webhook.thread.join(timeout=10)
+    assert not example_webhook.thread.is_alive()

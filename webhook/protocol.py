@@ -1,4 +1,5 @@
-"""uvicorn's httptools protocol with a deadline for a request's headers.
+"""uvicorn's httptools protocol with a deadline for a request's headers, and a shutdown that
+never closes a connection under a request.
 
 uvicorn times out idle keep-alive connections, but not a request whose bytes trickle in: a client
 could hold a connection (and its memory) forever by sending one header byte a second. The
@@ -9,6 +10,13 @@ which the connection is closed too).
 
 One sweep a second per event loop checks every connection, so a request costs two attribute
 writes rather than a timer of its own.
+
+At shutdown uvicorn closes each idle keep-alive connection at once. The apiserver may be writing a
+request on it at that moment, and Go's transport retries no POST on a connection closed under it
+(net/http transport.go, shouldRetryRequest): the call fails with EOF, and under failurePolicy Fail
+so does the creation. Here a stopping server answers every further request on a connection with
+`Connection: close`, so the client stops using it first, and closes a connection still idle after
+IDLE_DRAIN_S, one its client has stopped choosing (Go reuses the most recently used first).
 """
 
 from __future__ import annotations
@@ -19,6 +27,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 HEADER_DEADLINE_S = 10.0  # the apiserver's default timeoutSeconds; its requests need milliseconds
 SWEEP_S = 1.0
+# Well inside the Pod's termination grace (30 s, after the 10 s preStop sleep).
+IDLE_DRAIN_S = 5.0
 
 _swept_loops: set[asyncio.AbstractEventLoop] = set()
 
@@ -26,6 +36,7 @@ _swept_loops: set[asyncio.AbstractEventLoop] = set()
 class DeadlineProtocol(HttpToolsProtocol):
     header_deadline = HEADER_DEADLINE_S
     _waiting_since: float | None = None  # loop time the current request (or the connection) began
+    _draining = False
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -42,6 +53,19 @@ class DeadlineProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._waiting_since = None
         super().on_headers_complete()
+        if self._draining and self.cycle is not None:
+            self.cycle.keep_alive = False  # the answer says Connection: close
+
+    def shutdown(self) -> None:
+        self._draining = True
+        if self.cycle is None or self.cycle.response_complete:
+            self.loop.call_later(IDLE_DRAIN_S, self._close_if_idle)
+        else:
+            self.cycle.keep_alive = False
+
+    def _close_if_idle(self) -> None:
+        if (self.cycle is None or self.cycle.response_complete) and not self.transport.is_closing():
+            self.transport.close()
 
 
 def _sweep(loop: asyncio.AbstractEventLoop, connections: set) -> None:

@@ -64,6 +64,15 @@ def replicas(api: kubernetes.client.ApiClient, target: WebhookTarget) -> tuple[i
     return (found.status.ready_replicas or 0, found.spec.replicas if found.spec.replicas is not None else 1)
 
 
+def replica_pods(api: kubernetes.client.ApiClient, target: WebhookTarget) -> list[dict]:
+    """The Pods deploy/ labels as the webhook's; none when they cannot be read."""
+    try:
+        return _list(lambda **q: kubernetes.client.CoreV1Api(api).list_namespaced_pod(
+            target.namespace, label_selector=f"app.kubernetes.io/name={target.service}", **q), "pods")
+    except Unreadable:
+        return []
+
+
 def served_certificate(target: WebhookTarget, address: str | None, timeout: float = 5.0
                        ) -> tuple[tuple[str, str], float | None]:
     """A TLS handshake as the apiserver makes it: the caBundle as the only trust, the Service's

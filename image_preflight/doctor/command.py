@@ -67,7 +67,8 @@ def check(api, *, rollouts: str, webhook_address: str | None, max_images: int | 
         found.append(Finding(SKIPPED, f"the webhook's configuration ({exc})"))
         target = None
     if target is not None:
-        found += findings.deployment(target, cluster.ready_endpoints(api, target), cluster.replicas(api, target))
+        found += findings.deployment(target, cluster.ready_endpoints(api, target), cluster.replicas(api, target),
+                                     cluster.replica_pods(api, target))
         if target.ca_bundle:
             outcome, not_after = cluster.served_certificate(target, webhook_address)
             found.append(findings.served_certificate(target, outcome, not_after, now))

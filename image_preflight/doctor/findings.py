@@ -89,9 +89,16 @@ def webhook_configuration(configurations: Sequence[Mapping]) -> tuple[list[Findi
                     "kubectl apply -k deploy/overlays/cert-manager (or deploy/overlays/self-signed)")], None
 
 
-def deployment(target: WebhookTarget, ready_endpoints: int | None, replicas: tuple[int, int] | None) -> list[Finding]:
+# The kubelet's waiting reasons for an image it does not hold and cannot pull
+# (pkg/kubelet/images/types.go): for our own image, built and loaded without a registry.
+_IMAGE_WAITS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull"})
+
+
+def deployment(target: WebhookTarget, ready_endpoints: int | None, replicas: tuple[int, int] | None,
+               replica_pods: Sequence[Mapping] = ()) -> list[Finding]:
     """`ready_endpoints`: ready addresses behind the Service (None: not readable); `replicas`:
-    the Deployment's (ready, desired), None when absent or unreadable."""
+    the Deployment's (ready, desired), None when absent or unreadable; `replica_pods`: its Pods, each
+    not-ready one named with what its containers wait for."""
     pods = f"kubectl -n {target.namespace} describe pods -l app.kubernetes.io/name={target.service}"
     found = []
     if ready_endpoints is None:
@@ -106,7 +113,30 @@ def deployment(target: WebhookTarget, ready_endpoints: int | None, replicas: tup
     if replicas is not None and replicas[0] < replicas[1]:
         found.append(Finding(PROBLEM, f"Deployment {target.namespace}/{target.service}: {replicas[0]} of "
                              f"{replicas[1]} replicas ready", pods))
+    found += [f for f in map(_waiting_replica, replica_pods) if f is not None]
     return found
+
+
+def _waiting_replica(pod: Mapping) -> Finding | None:
+    metadata, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
+    if metadata.get("deletionTimestamp") or any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ()):
+        return None
+    where = f"Pod {metadata.get('namespace')}/{metadata.get('name')}"
+    node = spec.get("nodeName")
+    for container in status.get("containerStatuses") or ():
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        reason = waiting.get("reason")
+        if not reason:
+            continue
+        if reason in _IMAGE_WAITS and node:
+            return Finding(PROBLEM, f"{where}: image {container.get('image')} is not on node {node} ({reason}): "
+                           "load it there (docs/deploy.md, step 2)",
+                           f"ctr -n k8s.io images import image-preflight.tar   # on node {node}")
+        return Finding(PROBLEM, f"{where}: container {container.get('name')} waits ({reason}: "
+                       f"{waiting.get('message') or 'no message'})",
+                       f"kubectl -n {metadata.get('namespace')} describe pod {metadata.get('name')}")
+    return None
 
 
 def served_certificate(target: WebhookTarget, outcome: tuple[str, str], not_after: float | None,

@@ -7,12 +7,15 @@ this HTTP CONNECT proxy on a unix socket (the protocol and transport of konnecti
 server; HTTPConnect over plain TCP panics in kube-apiserver 1.37.2, getTLSConfig(nil) in
 k8s.io/apiserver/pkg/server/egressselector/egress_selector.go). The proxy forwards the
 addresses the tests expose to ports on 127.0.0.1 (or to the real node's address, across the veth
-of its network namespace) and refuses every other; it records what was dialed, so a test can show
-that the apiserver resolved the Service itself.
+of its network namespace), dials the addresses of a routed subnet as they are (the real node's
+Service and Pod subnets, which the host routes to the node, where its kube-proxy and bridge take
+them), and refuses every other; it records what was dialed, so a test can show that the apiserver
+resolved the Service itself.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 import socketserver
 import threading
@@ -22,6 +25,7 @@ from pathlib import Path
 class ClusterNetwork:
     def __init__(self, socket_path: Path) -> None:
         self._routes: dict[str, tuple[str, int]] = {}
+        self._subnets: list[ipaddress.IPv4Network] = []
         self._open: dict[str, set[socket.socket]] = {}
         self._lock = threading.Lock()
         self.dialed: list[str] = []
@@ -41,6 +45,27 @@ class ClusterNetwork:
         """Connections to `address` ("host:port", as the apiserver dials it) reach host:local_port."""
         with self._lock:
             self._routes[address] = (host, local_port)
+
+    def route(self, subnet: str) -> None:
+        """Connections to any address of `subnet` not exposed otherwise are dialed as they are."""
+        with self._lock:
+            self._subnets.append(ipaddress.ip_network(subnet))
+
+    def unroute(self, subnet: str) -> None:
+        with self._lock:
+            self._subnets = [s for s in self._subnets if s != ipaddress.ip_network(subnet)]
+
+    def _target(self, address: str) -> tuple[str, int] | None:
+        if address in self._routes:
+            return self._routes[address]
+        host, _, port = address.rpartition(":")
+        try:
+            ip = ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            return None
+        if port.isdigit() and any(ip in subnet for subnet in self._subnets):
+            return (str(ip), int(port))
+        return None
 
     def withdraw(self, address: str) -> None:
         """No new connection to `address`, and the open ones cut, as when its endpoints go."""
@@ -71,7 +96,7 @@ class ClusterNetwork:
         address = request_line[1]
         with self._lock:
             self.dialed.append(address)
-            target = self._routes.get(address)
+            target = self._target(address)
         if target is None:
             client.sendall(b"HTTP/1.1 502 Bad Gateway\r\n\r\n")
             return

@@ -43,6 +43,10 @@ class NodeNetwork:
         `ip netns exec`, which also remounts /sys and so hides the cgroup hierarchies."""
         return ["nsenter", f"--net={self.path}", "--", *command]
 
+    def route_from_host(self, subnet: str) -> None:
+        """The host sends `subnet` to the node; the route goes with the veth."""
+        _ip("route", "replace", subnet, "via", NODE_ADDRESS, "dev", self.host_veth)
+
     def routes(self) -> str:
         return _ip("route", "show", netns=self.name)
 

@@ -1,10 +1,16 @@
 """A real node for the tests: containerd 2.x, runc and a kubelet, registered with a control plane.
 
-`tests/controlplane/build` builds the kubelet (the control plane's Go module) and containerd 2.x
-(`containerd/` of the folder it prints); runc, the CNI plugins and busybox are Debian's. The node
-runs in a network namespace of its own (tests/node/netns.py) and every registry resolves to a
-stub on that namespace's loopback (tests/node/stub_registry.py), so a pull of an absent image
-fails as it does on a node whose image was built locally and never pushed. Teardown restores what
+`tests/controlplane/build` builds the kubelet and kube-proxy (the control plane's Go module) and
+containerd 2.x (`containerd/` of the folder it prints); runc, the CNI plugins, iptables and busybox
+are Debian's. The node runs in a network namespace of its own (tests/node/netns.py) and every
+registry resolves to a stub on that namespace's loopback (tests/node/stub_registry.py), so a pull
+of an absent image fails as it does on a node whose image was built locally and never pushed.
+
+Its Pods reach Services as in a cluster: kube-proxy (iptables mode) programs the node's namespace.
+The `kubernetes` Service's endpoint is the relay to the apiserver on the host side of the veth
+(the apiserver's own reconciler would name 127.0.0.1, which an EndpointSlice may not hold). The
+host routes the Service and Pod subnets to the node, and the apiserver's cluster egress dials
+them as they are: a webhook Service's ClusterIP reaches its Pods through the node's kube-proxy. Teardown restores what
 the kubelet changes on the host, checks that nothing is left behind, and fails the run when
 containerd dialled or resolved anything but the stub.
 """
@@ -24,6 +30,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import kubernetes.client as k8s
 import pytest
 import yaml
 
@@ -33,6 +40,7 @@ from tests.controlplane.cluster import (
     Process,
     kubeconfig_document,
     require_control_plane,
+    SERVICE_CIDR,
     running_control_plane,
     terminate,
     wait_for,
@@ -53,7 +61,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 KUBEPODS = "kubepods"
 RUN_CONTAINERD = Path("/run/containerd")  # the shims' sockets live under s/ whatever the config says
 AGL_LOGS = Path("/agl-logs")  # the hostPath agent-lightning's SWE-smith template mounts
-DEBIAN_TOOLS = {"runc": "runc", "nsenter": "util-linux", "ip": "iproute2"}
+DEBIAN_TOOLS = {"runc": "runc", "nsenter": "util-linux", "ip": "iproute2", "iptables-restore": "iptables"}
 CNI_BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 READY_DEADLINE_S = 90.0
 
@@ -127,9 +135,10 @@ def missing_parts() -> str | None:
     if (reason := busybox_missing()) is not None:
         return reason
     kubelet = shutil.which("kubelet")
-    if kubelet is None or not (Path(kubelet).parent / "containerd" / "containerd").exists():
-        return ("kubelet or containerd 2.x not built: run tests/controlplane/build and put the folder it"
-                " prints on PATH")
+    if kubelet is None or shutil.which("kube-proxy") is None or not (
+            Path(kubelet).parent / "containerd" / "containerd").exists():
+        return ("kubelet, kube-proxy or containerd 2.x not built: run tests/controlplane/build and put the"
+                " folder it prints on PATH")
     netns.remove_leftovers()
     for tree in _cgroup_trees(KUBEPODS):  # a killed run's, if nothing runs in it any more
         try:
@@ -197,6 +206,7 @@ class RealNode:
         self.registry: subprocess.Popen | None = None
         self.containerd: Process | None = None
         self.kubelet: Process | None = None
+        self.kube_proxy: Process | None = None
         self._sysctls = _read_sysctls()
         self._had = {path: path.exists() for path in (CONTAINER_LOG_LINKS, RUN_CONTAINERD, AGL_LOGS)}
         self.registry_port = 0
@@ -209,6 +219,7 @@ class RealNode:
         self._start_containerd()
         self.import_images([PAUSE_NAME], pause=True)
         self._start_kubelet()
+        self._start_service_network()
 
     def stop(self) -> list[str]:
         """Everything undone; what could not be, as lines (the fixture fails on any)."""
@@ -221,6 +232,8 @@ class RealNode:
                 problems.append(f"{what}: {exc}")
 
         attempt("pods removed", self._remove_pods)
+        if self.kube_proxy is not None:
+            attempt("kube-proxy stopped", self.kube_proxy.stop)
         if self.kubelet is not None:
             attempt("kubelet stopped", self.kubelet.stop)
         attempt("tasks killed", self._kill_tasks)
@@ -278,8 +291,10 @@ class RealNode:
         cni_conf.mkdir()
         (cni_conf / "10-node.conflist").write_text(json.dumps({
             "cniVersion": "1.0.0", "name": "node", "plugins": [
-                {"type": "bridge", "bridge": "ipfbr0", "isGateway": False, "ipMasq": False,
+                # The bridge is the Pods' gateway: their Services are routed through the node.
+                {"type": "bridge", "bridge": "ipfbr0", "isGateway": True, "ipMasq": False,
                  "ipam": {"type": "host-local", "ranges": [[{"subnet": netns.POD_SUBNET}]],
+                          "routes": [{"dst": "0.0.0.0/0"}],
                           "dataDir": str(self.dir / "ipam")}},
                 {"type": "portmap", "capabilities": {"portMappings": True}}]}))
         config = self.dir / "containerd.toml"
@@ -333,6 +348,48 @@ class RealNode:
         # The apiserver reaches the kubelet through its cluster egress, as it reaches the webhook.
         plane.network.expose(f"{self.address}:{KUBELET_PORT}", KUBELET_PORT, host=self.address)
         self._wait_ready()
+
+    def _start_service_network(self) -> None:
+        assert self.network is not None and self.relay is not None
+        plane = self.plane
+        discovery = k8s.DiscoveryV1Api(plane.api_client())
+        discovery.create_namespaced_endpoint_slice("default", {
+            "metadata": {"name": "kubernetes", "labels": {
+                "kubernetes.io/service-name": "kubernetes",
+                "endpointslice.kubernetes.io/managed-by": "real-node.image-preflight.io"}},
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [netns.HOST_ADDRESS], "conditions": {"ready": True}}],
+            "ports": [{"name": "https", "port": self.relay.address[1], "protocol": "TCP"}]})
+        crt, key = plane.ca.issue("kube-proxy", "system:kube-proxy")  # bound to system:node-proxier
+        kubeconfig = kubeconfig_document(
+            f"https://{netns.HOST_ADDRESS}:{self.relay.address[1]}", plane.ca.cert_path,
+            {"client-certificate-data": base64.b64encode(crt.read_bytes()).decode(),
+             "client-key-data": base64.b64encode(key.read_bytes()).decode()})
+        kubeconfig["clusters"][0]["cluster"]["tls-server-name"] = "localhost"
+        write_kubeconfig(self.dir / "kube-proxy.kubeconfig", kubeconfig)
+        (self.dir / "kube-proxy.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": str(self.dir / "kube-proxy.kubeconfig")},
+            "hostnameOverride": self.name, "mode": "iptables", "clusterCIDR": netns.POD_SUBNET,
+            # Zero leaves the host-wide conntrack sysctls alone; the node's own are per namespace.
+            "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+            "iptables": {"localhostNodePorts": False},
+            "metricsBindAddress": "127.0.0.1:10249", "healthzBindAddress": "127.0.0.1:10256",
+        }))
+        self.kube_proxy = Process("kube-proxy", self.network.enter([
+            shutil.which("kube-proxy") or "kube-proxy", f"--config={self.dir / 'kube-proxy.yaml'}", "-v=2"]),
+            self.dir / "kube-proxy.log")
+        self.kube_proxy.start()
+        for subnet in (SERVICE_CIDR, netns.POD_SUBNET):
+            self.network.route_from_host(subnet)
+            plane.network.route(subnet)
+        wait_for(lambda: (self.kube_proxy.check_alive(), "KUBE-SVC-" in self._nat_rules())[1],
+                 "kube-proxy programs the kubernetes Service", timeout_s=60, interval_s=0.5)
+
+    def _nat_rules(self) -> str:
+        assert self.network is not None
+        return subprocess.run(self.network.enter(["iptables-save", "-t", "nat"]), capture_output=True,
+                              text=True, check=False).stdout
 
     def restart_kubelet(self, **config) -> None:
         """The kubelet stopped and started again with these KubeletConfiguration fields changed
