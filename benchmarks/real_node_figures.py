@@ -1,12 +1,14 @@
 """The figures the real-node tests record: from `ctr images import` to the first admitted Job (node
 status alone, and the node agent on containerd's events), and from a rollout's enqueue to its
 `failed` state through agent-lightning's own agl-server and agl-controller (the webhook, and the
-watchdog with the webhook unreachable).
+watchdog with the webhook unreachable); and of deploy/ as Pods there: the image's build from the
+Dockerfile and its size, the agent Pod's import → NodeImages, the creations streamed while a
+webhook replica is deleted and while the Deployment is upgraded, and a renewed Secret → served.
 
     .venv/bin/python benchmarks/real_node_figures.py --repeat 2
 
-Runs those tests of tests/test_real_node.py and tests/test_real_node_agentlightning.py --repeat
-times with IMAGE_PREFLIGHT_FIGURES set, and prints each figure's runs, median first.
+Runs those tests of tests/test_real_node.py, tests/test_real_node_agentlightning.py and
+tests/test_real_node_deploy.py --repeat times with IMAGE_PREFLIGHT_FIGURES set, and prints each figure's runs, median first.
 """
 
 from __future__ import annotations
@@ -26,7 +28,17 @@ TESTS = [
     "tests/test_real_node.py::test_with_the_agent_an_import_is_admitted_within_seconds",
     "tests/test_real_node_agentlightning.py::test_an_absent_image_fails_the_rollout_within_one_poll_with_our_words_and_no_job",
     "tests/test_real_node_agentlightning.py::test_with_the_webhook_unreachable_the_watchdog_fails_the_job_and_the_rollout",
+    "tests/test_real_node_deploy.py::test_the_agent_pod_publishes_the_nodes_images",
+    "tests/test_real_node_deploy.py::test_a_replica_deleted_under_a_stream_of_creations_fails_none_and_admits_none_unchecked",
+    "tests/test_real_node_deploy.py::test_an_upgrade_to_a_new_tag_rolls_both_replicas_without_a_failed_admission",
+    "tests/test_real_node_deploy.py::test_a_certificate_rotated_in_the_secret_is_served_without_a_restart",
 ]
+
+
+def shown(name: str, value: float) -> str:
+    if name.endswith("_bytes"):
+        return f"{value / 1e6:.1f} MB"
+    return f"{value:.2f} s" if name.endswith("_s") else f"{value:.0f}"
 
 
 def main() -> int:
@@ -35,7 +47,9 @@ def main() -> int:
     args = parser.parse_args()
     folder = subprocess.run([str(ROOT / "tests" / "controlplane" / "build")], capture_output=True, text=True,
                             check=True).stdout.strip().splitlines()[-1]
-    env = {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+    inputs = subprocess.run([str(ROOT / "tests" / "node" / "image_inputs")], capture_output=True, text=True,
+                            check=True).stdout.strip().splitlines()[-1]
+    env = {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}", "IMAGE_PREFLIGHT_IMAGE_INPUTS": inputs}
     with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as figures:
         for _ in range(args.repeat):
             subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *TESTS], cwd=ROOT,
@@ -45,7 +59,7 @@ def main() -> int:
             for name, value in json.loads(line).items():
                 runs.setdefault(name, []).append(value)
     for name, values in runs.items():
-        print(f"| {name} | {statistics.median(values):.2f} s ({', '.join(f'{v:.2f}' for v in values)}) |")
+        print(f"| {name} | {shown(name, statistics.median(values))} ({', '.join(shown(name, v) for v in values)}) |")
     return 0
 
 

@@ -110,14 +110,21 @@ def test_every_pod_runs_the_built_image_ready_as_its_non_root_user_on_a_read_onl
 def test_the_pods_use_their_service_account_tokens_and_are_never_refused(held):
     """Kubernetes' audit log (k8s.io/apiserver/pkg/audit): each face's requests come from its own
     ServiceAccount, through the token the kubelet projected, and none is forbidden."""
-    events = [json.loads(line) for line in held.plane.audit_log.read_text().splitlines() if line.strip()]
-    # Bound to a Pod: the token the kubelet projected, not one a test asked for.
-    from_pods = [e for e in events if "authentication.kubernetes.io/pod-name" in (e["user"].get("extra") or {})]
-    users = {e["user"]["username"] for e in from_pods}
-    assert users == {"system:serviceaccount:image-preflight:image-preflight",
-                     "system:serviceaccount:image-preflight:image-preflight-watchdog",
-                     "system:serviceaccount:image-preflight-agent:image-preflight-agent"}, users
-    refused = [(e["user"]["username"], e["verb"], e["requestURI"]) for e in from_pods
+    accounts = {"system:serviceaccount:image-preflight:image-preflight",
+                "system:serviceaccount:image-preflight:image-preflight-watchdog",
+                "system:serviceaccount:image-preflight-agent:image-preflight-agent"}
+
+    def from_pods() -> list[dict]:
+        """Requests made with a token bound to a Pod: the one the kubelet projected."""
+        events = [json.loads(line) for line in held.plane.audit_log.read_text().splitlines() if line.strip()]
+        return [e for e in events if "authentication.kubernetes.io/pod-name" in (e["user"].get("extra") or {})]
+
+    # A Ready Pod has not necessarily asked anything yet (the agent lists the runtime first).
+    wait_for(lambda: {e["user"]["username"] for e in from_pods()} >= accounts, "each face's first request",
+             timeout_s=60, interval_s=1)
+    events = from_pods()
+    assert {e["user"]["username"] for e in events} == accounts
+    refused = [(e["user"]["username"], e["verb"], e["requestURI"]) for e in events
                if e.get("responseStatus", {}).get("code") == 403]
     assert not refused, refused
 
