@@ -23,7 +23,7 @@ import yaml
 from kubernetes import client as k8s
 
 from image_preflight.core import job_failure
-from tests.agent_lightning import EXAMPLE, TEMPLATE, build_job_spec, example_row
+from tests.agent_lightning import TEMPLATE, build_job_spec, example_row
 from tests.controlplane.cluster import wait_for
 from tests.needs import record_figures
 from tests.node.deployed import (
@@ -39,11 +39,11 @@ from tests.node.deployed import (
 )
 from tests.node.images import swe_smith_image
 from tests.node.real_node import NODE_NAME
+from tests.test_real_node import example_row_id
 
 HELD = swe_smith_image("pandas-dev", "pandas", "95280573e1")
 ABSENT = swe_smith_image("getmoto", "moto", "694ce1f4a1")
 UID = 10001
-FIRST_ROW = json.loads((EXAMPLE / "train.jsonl").read_text(encoding="utf-8").splitlines()[0])["instance_id"]
 FIGURES: dict[str, float] = {}
 
 
@@ -62,7 +62,7 @@ def held(deployed):  # noqa: F811 - fixture
 
 def rollout(image: str) -> dict:
     """The Job agent-lightning's controller renders for a SWE-smith row naming `image`."""
-    row = dict(example_row(FIRST_ROW), image_name=image.removesuffix(":openai"))
+    row = dict(example_row(example_row_id()), image_name=image.removesuffix(":openai"))
     return build_job_spec(TEMPLATE.read_text(), row, rollout_id=uuid.uuid4().hex[:8], namespace=None)
 
 

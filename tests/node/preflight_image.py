@@ -27,6 +27,7 @@ import pytest
 
 from tests.controlplane.cluster import terminate
 from tests.needs import record_figures, unavailable
+from tests.node.real_node import mounts_under
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "docker.io/library/image-preflight:0.1.0"  # what `image: image-preflight:0.1.0` normalizes to
@@ -259,12 +260,6 @@ def run_in_image(image: BuiltImage, args: Sequence[str], *, uid: int = 10001, gi
         shutil.rmtree(bundle, ignore_errors=True)
 
 
-def _mounts_under(folder: Path) -> list[str]:
-    prefix = str(folder).rstrip("/") + "/"
-    points = (line.split()[4].replace("\\040", " ") for line in Path("/proc/self/mountinfo").read_text().splitlines())
-    return [p for p in points if p.startswith(prefix)]
-
-
 def ctr_import(archive: Path, containerd: str, ctr: str) -> tuple[str, list[str]]:
     """`ctr -n k8s.io images import ARCHIVE` into a containerd of its own (root, state and socket in a
     temporary folder, stopped and removed after); returns containerd's version and the names it lists."""
@@ -296,7 +291,7 @@ def ctr_import(archive: Path, containerd: str, ctr: str) -> tuple[str, list[str]
     finally:
         terminate(proc)
         log.close()
-        for point in sorted(_mounts_under(folder), reverse=True):
+        for point in sorted(mounts_under([str(folder)]), reverse=True):
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -304,7 +299,7 @@ def ctr_import(archive: Path, containerd: str, ctr: str) -> tuple[str, list[str]
 def cleanup(workdir: Path) -> None:
     """Removes buildah's containers and storage from `workdir`; the archive and bud.log stay."""
     subprocess.run([*_buildah(workdir), "rm", "--all"], capture_output=True, env=_env(workdir), check=False)
-    if leftover := _mounts_under(workdir):
+    if leftover := mounts_under([str(workdir)]):
         raise ImageBuildError(f"mounts left under {workdir}: {' '.join(leftover)}")
     for part in ("storage", "run", "tmp", "var-lib", "runc", "rootfs-path", "iid"):
         path = workdir / part

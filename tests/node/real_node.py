@@ -160,7 +160,8 @@ def _read_sysctls() -> dict[str, str]:
     return {name: (Path("/proc/sys") / name).read_text().strip() for name in SYSCTLS}
 
 
-def _mounts_under(prefixes: Sequence[str]) -> list[str]:
+def mounts_under(prefixes: Sequence[str]) -> list[str]:
+    """Mount points at or below any of `prefixes`."""
     found = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         point = line.split()[4].replace("\\040", " ")
@@ -258,7 +259,7 @@ class RealNode:
 
     def leftovers(self) -> list[str]:
         found = [f"process left: {p}" for p in _processes_mentioning(str(self.dir))]
-        found += [f"mount left: {m}" for m in _mounts_under([str(self.dir)])]
+        found += [f"mount left: {m}" for m in mounts_under([str(self.dir)])]
         found += [f"cgroup left: {t}" for t in _cgroup_trees(KUBEPODS)]
         if self.network is not None and Path(self.network.path).exists():
             found.append(f"network namespace left: {self.network.name}")
@@ -533,7 +534,7 @@ class RealNode:
         wait_for(lambda: not _processes_mentioning(str(self.dir)), "the node's processes ended", timeout_s=15)
 
     def _unmount(self) -> None:
-        for point in sorted(_mounts_under([str(self.dir)]), key=len, reverse=True):
+        for point in sorted(mounts_under([str(self.dir)]), key=len, reverse=True):
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
 
     def _restore_sysctls(self) -> None:
