@@ -15,6 +15,7 @@ from pathlib import Path
 from image_preflight.agent.cri import DEFAULT_ENDPOINT, CRIError, ImageClient
 from image_preflight.agent.inventory import RENEW_WHEN_REMAINING, image_dicts, node_images_object, sandbox_image_report
 from image_preflight.errors import UsageError
+from image_preflight.kube.needed_images import split_source
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,6 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--sandbox-image", metavar="IMAGE",
                         help="the runtime's sandbox (pause) image, reported when the runtime does not name it over CRI"
                         " (containerd 2.x: its pinned_images.sandbox); a name from the runtime wins")
+    parser.add_argument("--pin-needed-images", metavar="NAMESPACE/NAME",
+                        help="pin the images this ConfigMap lists (scan --needed-images) against the kubelet's"
+                        " image GC, and unpin those it pinned once unlisted; needs containerd 1.6.25, 1.7.10 or 2.x"
+                        " (docs/agent.md)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--publish", action="store_true", help="keep the NodeImages object current until SIGTERM")
@@ -60,6 +65,13 @@ def run(args: argparse.Namespace) -> int:
             f"--interval: must be above 0 and below a third of --lease ({args.lease * RENEW_WHEN_REMAINING:g} s),"
             f" so the lease is renewed before it ends; got {args.interval:g}"
         )
+    if args.pin_needed_images is not None:
+        if not args.publish:
+            raise UsageError("--pin-needed-images: pins only with --publish")
+        try:
+            split_source(args.pin_needed_images)
+        except ValueError as exc:
+            raise UsageError(f"--pin-needed-images: {exc}") from None
     if args.exit_after_failures < 0:
         raise UsageError(f"--exit-after-failures: must be 0 or more, got {args.exit_after_failures}")
     try:
@@ -92,9 +104,25 @@ def _publish(images: ImageClient, node: str, args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(message)s", stream=sys.stderr)
     log = logging.getLogger("agent")
     api = api_client(args.kubeconfig)
+    pinner = None
+    if args.pin_needed_images:
+        from image_preflight.agent.containerd_images import ImageRecords
+        from image_preflight.agent.pinner import Pinner
+
+        pinner = Pinner(ImageRecords(images.endpoint, timeout=images.timeout), args.pin_needed_images)
     agent = Agent(images, Publisher(api, node, lease_seconds=args.lease), interval=args.interval,
                   exit_after_failures=args.exit_after_failures, image_events=args.image_events,
-                  sandbox_image=args.sandbox_image)
+                  sandbox_image=args.sandbox_image, pinner=pinner)
+    watcher = None
+    if pinner is not None:
+        from image_preflight.kube.needed_images import needed_images_watcher
+
+        def needed_changed(configmap) -> None:
+            pinner.set_list(configmap)
+            agent.wake()
+
+        watcher = needed_images_watcher(api, pinner.source, needed_changed)
+        watcher.start()
     stop = threading.Event()
     finished: list[bool] = []
     # The loop runs in a thread and the main thread only joins it, so the signal handler never
@@ -110,6 +138,10 @@ def _publish(images: ImageClient, node: str, args: argparse.Namespace) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if watcher is not None:
+            watcher.stop()
+        if pinner is not None:
+            pinner.records.close()
         api.close()
     if finished == [True]:
         log.info("stopped")

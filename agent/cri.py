@@ -33,9 +33,10 @@ _CHANNEL_OPTIONS = (
 class CRIError(Exception):
     """The runtime could not be asked; the message is one line naming the endpoint."""
 
-    def __init__(self, message: str, *, unimplemented: bool = False) -> None:
+    def __init__(self, message: str, *, unimplemented: bool = False, not_found: bool = False) -> None:
         super().__init__(message)
         self.unimplemented = unimplemented
+        self.not_found = not_found
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,26 +153,38 @@ class ImageClient:
     def _call(self, method: str, rpc: Callable[..., Any], request: Any) -> Any:
         if self._closed:
             raise CRIError(f"CRI endpoint {self.endpoint}: client is closed")
-        try:
-            return rpc(request, timeout=self.timeout)
-        except grpc.RpcError as err:
-            unimplemented = isinstance(err, grpc.Call) and err.code() == grpc.StatusCode.UNIMPLEMENTED
-            raise CRIError(self._describe(method, err), unimplemented=unimplemented) from None
+        return call(self.endpoint, method, rpc, request, timeout=self.timeout)
 
-    def _describe(self, method: str, err: grpc.RpcError) -> str:
+
+def call(endpoint: str, method: str, rpc: Callable[..., Any], request: Any, *, timeout: float,
+         metadata: tuple[tuple[str, str], ...] = ()) -> Any:
+    """`rpc(request)` on the runtime's socket; CRIError with one line naming the endpoint."""
+    try:
+        return rpc(request, timeout=timeout, metadata=metadata or None)
+    except grpc.RpcError as err:
         code = err.code() if isinstance(err, grpc.Call) else None
-        details = " ".join(str(err.details() if isinstance(err, grpc.Call) else err).split())
-        where = f"CRI endpoint {self.endpoint}"
-        if code == grpc.StatusCode.UNAVAILABLE:
-            if not os.path.exists(self._socket):
-                return f"{where}: socket {self._socket} does not exist (is the runtime running?)"
-            return f"{where}: unavailable, connection refused or closed ({details})"
-        if code == grpc.StatusCode.UNIMPLEMENTED:
-            return (
-                f"{where}: runtime.v1.{method} not implemented"
-                " (runtime without CRI v1, or its CRI plugin is disabled)"
-            )
-        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-            return f"{where}: no answer to {method} within {self.timeout:g} s"
-        name = code.name if code is not None else "error"
-        return f"{where}: {method} failed: {name}: {details}"
+        raise CRIError(describe(endpoint, method, err, timeout),
+                       unimplemented=code == grpc.StatusCode.UNIMPLEMENTED,
+                       not_found=code == grpc.StatusCode.NOT_FOUND) from None
+
+
+def describe(endpoint: str, method: str, err: grpc.RpcError, timeout: float) -> str:
+    code = err.code() if isinstance(err, grpc.Call) else None
+    details = " ".join(str(err.details() if isinstance(err, grpc.Call) else err).split())
+    where = f"CRI endpoint {endpoint}"
+    if code == grpc.StatusCode.UNAVAILABLE:
+        socket = socket_path(endpoint)
+        if not os.path.exists(socket):
+            return f"{where}: socket {socket} does not exist (is the runtime running?)"
+        return f"{where}: unavailable, connection refused or closed ({details})"
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        if method.startswith("containerd."):
+            return f"{where}: {method} not implemented (the runtime is not containerd)"
+        return (
+            f"{where}: runtime.v1.{method} not implemented"
+            " (runtime without CRI v1, or its CRI plugin is disabled)"
+        )
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return f"{where}: no answer to {method} within {timeout:g} s"
+    name = code.name if code is not None else "error"
+    return f"{where}: {method} failed: {name}: {details}"

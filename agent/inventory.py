@@ -78,24 +78,27 @@ def _keys(names: Iterable[str]) -> set[str]:
 
 def node_images_object(
     node: str, images: Sequence[Mapping], *, observed_at: float, lease_seconds: int,
-    sandbox_image: Mapping | None = None,
+    sandbox_image: Mapping | None = None, pinning: Mapping | None = None,
 ) -> dict:
     """The NodeImages object; `spec.imageCount` is for `kubectl get` only (readers count `images`).
-    `sandbox_image` (sandbox_image_report) becomes `spec.sandboxImage`; None leaves it out."""
+    `sandbox_image` (sandbox_image_report) becomes `spec.sandboxImage`, `pinning`
+    (core.pinning.pinning_report) `spec.pinning`; None leaves either out."""
     obj = runtime_object(node, images, observed_at=observed_at, lease_seconds=lease_seconds,
                          sandbox_image=sandbox_image)
     obj["spec"]["imageCount"] = len(images)
+    if pinning is not None:
+        obj["spec"]["pinning"] = dict(pinning)
     return obj
 
 
 def publish_reason(
     stored: Mapping | None, images: Sequence[Mapping], *, now: float, lease_seconds: int,
-    sandbox_image: Mapping | None = None,
+    sandbox_image: Mapping | None = None, pinning: Mapping | None = None,
 ) -> str | None:
     """Why the object must be written now (CREATE, CHANGED, RENEW), or None to leave it.
 
-    `stored` is the object as last read from or written to the apiserver; `sandbox_image` the
-    `spec.sandboxImage` it should carry (None: none).
+    `stored` is the object as last read from or written to the apiserver; `sandbox_image` and
+    `pinning` the `spec.sandboxImage` and `spec.pinning` it should carry (None: none).
     """
     if stored is None:
         return CREATE
@@ -109,6 +112,8 @@ def publish_reason(
     except (TypeError, ValueError):  # an object someone else wrote badly: ours replaces it
         return CHANGED
     if spec.get("sandboxImage") != (dict(sandbox_image) if sandbox_image is not None else None):
+        return CHANGED
+    if spec.get("pinning") != (dict(pinning) if pinning is not None else None):
         return CHANGED
     if spec.get("leaseDurationSeconds") != lease_seconds:
         return RENEW

@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from image_preflight.agent.cri import CRIError, ImageClient
 from image_preflight.agent.events import ImageEvents
 from image_preflight.agent.inventory import image_dicts, node_images_object, publish_reason, sandbox_image_report
+from image_preflight.agent.pinner import Pinner
 from image_preflight.kube.watch import describe_error
 from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION
 
@@ -42,29 +43,31 @@ class Publisher:
         self.lease_seconds = lease_seconds
         self._stored: dict | None = None  # the object as last read or written
         self._known = False  # False: _stored may be out of date, read before deciding
-        # The apiserver dropped spec.sandboxImage (a CRD from before it): sending it again would make
-        # every cycle see a change and write.
-        self.sandbox_image_pruned = False
+        # The spec fields the apiserver dropped (a CRD from before them): sending them again would
+        # make every cycle see a change and write.
+        self.pruned: set[str] = set()
 
     @property
     def stored(self) -> dict | None:
         return self._stored
 
-    def publish(self, images: list[dict], *, now: float, sandbox_image: Mapping | None = None) -> str | None:
+    def publish(self, images: list[dict], *, now: float, sandbox_image: Mapping | None = None,
+                pinning: Mapping | None = None) -> str | None:
         """Write the object if due; returns why it was written (see agent.inventory), or None.
-        `sandbox_image` is `spec.sandboxImage` (agent.inventory.sandbox_image_report), None for none."""
-        if self.sandbox_image_pruned:
-            sandbox_image = None
+        `sandbox_image` is `spec.sandboxImage` (agent.inventory.sandbox_image_report), `pinning`
+        `spec.pinning` (core.pinning.pinning_report), None for none."""
+        extra = {"sandboxImage": sandbox_image, "pinning": pinning}
+        extra = {field: None if field in self.pruned else value for field, value in extra.items()}
         for _ in range(_MAX_ATTEMPTS):
             if not self._known:
                 self._stored = self._read()
                 self._known = True
             reason = publish_reason(self._stored, images, now=now, lease_seconds=self.lease_seconds,
-                                    sandbox_image=sandbox_image)
+                                    sandbox_image=extra["sandboxImage"], pinning=extra["pinning"])
             if reason is None:
                 return None
             body = node_images_object(self.node, images, observed_at=now, lease_seconds=self.lease_seconds,
-                                      sandbox_image=sandbox_image)
+                                      sandbox_image=extra["sandboxImage"], pinning=extra["pinning"])
             self._known = False  # a write that fails in any way leaves the stored object unknown
             try:
                 self._stored = self._write(body)
@@ -73,11 +76,12 @@ class Publisher:
                     raise PublishError(f"{self.where}: cannot write: {describe_error(exc)}") from None
                 continue
             self._known = True
-            if sandbox_image is not None and "sandboxImage" not in (self._stored.get("spec") or {}):
-                self.sandbox_image_pruned = True
-                log.warning("%s: the apiserver dropped spec.sandboxImage, so its NodeImages CRD predates it;"
-                            " apply deploy/agent/crd.yaml and restart the agent to report the sandbox image",
-                            self.where)
+            kept = self._stored.get("spec") or {}
+            for field, value in extra.items():
+                if value is not None and field not in kept:
+                    self.pruned.add(field)
+                    log.warning("%s: the apiserver dropped spec.%s, so its NodeImages CRD predates it;"
+                                " apply deploy/agent/crd.yaml and restart the agent to report it", self.where, field)
             return reason
         raise PublishError(f"{self.where}: still conflicting after {_MAX_ATTEMPTS} attempts")
 
@@ -132,6 +136,7 @@ class Agent:
         exit_after_failures: int = 3,
         image_events: bool = True,
         sandbox_image: str | None = None,
+        pinner: Pinner | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.images = images
@@ -145,7 +150,8 @@ class Agent:
         self.sandbox_image_fallback = sandbox_image  # for runtimes that do not name theirs (containerd 2.x)
         self.sandbox_image: str | None = None  # as the runtime last named it
         self._sandbox_present: bool | None = None  # None: not known yet
-        self._wake = threading.Event()  # set by image events and by stop
+        self.pinner = pinner  # None: pinning is not enabled
+        self._wake = threading.Event()  # set by image events, the needed list and stop
         self.events: ImageEvents | None = None
 
     def wake(self) -> None:
@@ -167,8 +173,9 @@ class Agent:
             log.info("CRI endpoint %s answers again", self.images.endpoint)
             self.cri_failures = 0
         sandbox = self._sandbox_report(images)
+        pinning = self._pin(images)
         try:
-            reason = self.publisher.publish(images, now=self.clock(), sandbox_image=sandbox)
+            reason = self.publisher.publish(images, now=self.clock(), sandbox_image=sandbox, pinning=pinning)
         except PublishError as exc:
             log.warning("%s; retrying in %g s", exc, self.interval)
             return True
@@ -178,6 +185,18 @@ class Agent:
         if reason is not None:
             log.info("%s: written (%s, %d images)", self.publisher.where, reason, len(images))
         return True
+
+    def _pin(self, images: list[dict]) -> dict | None:
+        """spec.pinning after pinning what is due; the pins show in the next list, which the
+        runtime's image events bring within about a second."""
+        if self.pinner is None:
+            return None
+        if not self.pinner.runtime_known:
+            try:
+                self.pinner.runtime(self.images.version())
+            except CRIError as exc:  # ListImages answered a moment ago: try again next cycle
+                log.debug("%s; the runtime's version next cycle", exc)
+        return self.pinner.apply(images)
 
     def _sandbox_report(self, images: list[dict]) -> dict | None:
         """spec.sandboxImage for this list; a Status call costs well under a millisecond."""

@@ -37,6 +37,7 @@ _EXPORTS = {
     "load_inventory": "image_preflight.api",
     "decide": "image_preflight.api",
     "filter_rows": "image_preflight.api",
+    "needed_images": "image_preflight.api",
     "Inventory": "image_preflight.core.inventory",
     "NodeImages": "image_preflight.core.inventory",
     "Decision": "image_preflight.core.decision",

@@ -5,6 +5,7 @@
     inventory = image_preflight.load_inventory("nodes.json")
     kept, dropped = image_preflight.filter_rows(rows, image="{{ input.image_name }}:openai",
                                                 inventory=inventory)
+    pin = image_preflight.needed_images(rows, image="{{ input.image_name }}:openai", inventory=inventory)
 
 Bad input raises a ValueError subclass whose message names the file, row or field.
 """
@@ -66,3 +67,18 @@ def filter_rows(rows: Iterable[Mapping], *, template: str | None = None, image: 
 
     return scan_rows(rows, template=template, image=image, inventory=inventory, require=require,
                      keep_unknown=keep_unknown)
+
+
+def needed_images(rows: Iterable[Mapping], *, template: str | None = None, image: str | None = None,
+                  inventory: Inventory, require: str = core.REQUIRE_ALL, keep_unknown: bool = False) -> list[str]:
+    """The distinct images of the rows filter_rows keeps with the same arguments: the
+    IfNotPresent/Never images their Jobs' pods ask the nodes for (init containers included), each
+    as the runtime resolves it ('docker.io/library/foo:openai'), sorted. The lines of
+    `image-preflight scan --needed-images`, for the node agent to pin (docs/agent.md).
+
+    Raises TemplateError (a ValueError) when the template cannot yield a Job at all.
+    """
+    from image_preflight.scanner.judge import needed_images as scan_needed
+
+    return scan_needed(rows, template=template, image=image, inventory=inventory, require=require,
+                       keep_unknown=keep_unknown)

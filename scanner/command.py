@@ -44,6 +44,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out-dir", type=Path, metavar="DIR", help="write each dataset's kept rows here")
     parser.add_argument("--report", type=Path, metavar="REPORT.json", help="write every dropped row as JSON")
     parser.add_argument("--missing-images", type=Path, metavar="FILE", help="write the distinct missing images")
+    parser.add_argument("--needed-images", type=Path, metavar="FILE",
+                        help="write the distinct images of the kept rows (pin these: docs/agent.md)")
     parser.add_argument("--require", choices=(REQUIRE_ALL, REQUIRE_ANY), default=REQUIRE_ALL,
                         help="an image must be on all eligible nodes (default) or on any one")
     parser.add_argument("--steer", action="store_true",
@@ -69,9 +71,12 @@ def run(args: argparse.Namespace) -> int:
         keep_unknown=args.keep_unknown, now=now
     )
     other_inputs = [*(args.inventory or []), *([args.template] if args.template else [])]
-    for option, target in (("--report", args.report), ("--missing-images", args.missing_images)):
+    outputs = (("--report", args.report), ("--missing-images", args.missing_images),
+               ("--needed-images", args.needed_images))
+    for option, target in outputs:
         if target is not None:
             datasets.refuse_overwrite(target, [*args.datasets, *other_inputs], option)
+    _refuse_one_file_twice(outputs, args)
     stdout = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     created = _make_out_dir(args.out_dir)
     try:
@@ -80,18 +85,38 @@ def run(args: argparse.Namespace) -> int:
         with ExitStack() as staged:
             report = staged.enter_context(atomic_path(args.report)) if args.report else None
             missing = staged.enter_context(atomic_path(args.missing_images)) if args.missing_images else None
+            needed = staged.enter_context(atomic_path(args.needed_images)) if args.needed_images else None
             with _progress() as progress:
-                result = scan(args.datasets, judge, out_dir=args.out_dir, progress=progress, protect=other_inputs)
+                result = scan(args.datasets, judge, out_dir=args.out_dir, progress=progress, protect=other_inputs,
+                              needed=args.needed_images is not None)
             if report is not None:
                 Path(report).write_text(output.report_text(result), encoding="utf-8")
             if missing is not None:
                 Path(missing).write_text(output.missing_images_text(result), encoding="utf-8")
+            if needed is not None:
+                Path(needed).write_text(output.needed_images_text(result), encoding="utf-8")
     except BaseException:
         if created is not None:
             _remove_empty(created, args.out_dir)
         raise
     output.print_summary(result, stdout, inventory)
     return 1 if args.fail_on_drop and result.dropped else 0
+
+
+def _refuse_one_file_twice(outputs: tuple[tuple[str, Path | None], ...], args: argparse.Namespace) -> None:
+    """UsageError when two outputs (options, or an option and a file of --out-dir) name one file
+    (as datasets.output_paths and refuse_overwrite tell files apart)."""
+    written: dict[object, str] = {}
+    for option, target in outputs:
+        if target is None:
+            continue
+        other = written.setdefault(datasets.file_identity(target), option)
+        if other != option:
+            raise UsageError(f"{target}: {other} and {option} would write the same file")
+    for path in args.datasets if args.out_dir is not None else ():
+        other = written.get(datasets.file_identity(args.out_dir / path.name))
+        if other is not None:
+            raise UsageError(f"{args.out_dir / path.name}: {other} and --out-dir would write the same file")
 
 
 def _make_out_dir(out_dir: Path | None) -> Path | None:

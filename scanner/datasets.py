@@ -118,10 +118,10 @@ def _compression_of(path: Path) -> str:
 def output_paths(inputs: Sequence[Path], out_dir: Path, *, extra: Sequence[Path] = ()) -> list[Path]:
     """Where each input's kept rows go; refuses to write over any input or twice to one file."""
     outputs = [out_dir / p.name for p in inputs]
-    protected = {_identity(p) for p in [*inputs, *extra]}
+    protected = {file_identity(p) for p in [*inputs, *extra]}
     seen: set = set()
     for source, target in zip(inputs, outputs):
-        ident = _identity(target)
+        ident = file_identity(target)
         if ident in protected:
             raise UsageError(f"{target}: would overwrite an input; choose another --out-dir")
         if ident in seen:
@@ -132,11 +132,11 @@ def output_paths(inputs: Sequence[Path], out_dir: Path, *, extra: Sequence[Path]
 
 def refuse_overwrite(target: Path, protected: Sequence[Path], option: str) -> None:
     """UsageError when `target` is one of the `protected` files (inputs are never written)."""
-    if _identity(target) in {_identity(p) for p in protected}:
+    if file_identity(target) in {file_identity(p) for p in protected}:
         raise UsageError(f"{target}: {option} would overwrite an input")
 
 
-def _identity(path: Path) -> object:
+def file_identity(path: Path) -> object:
     try:
         stat = path.stat()
         return (stat.st_dev, stat.st_ino)

@@ -11,6 +11,7 @@ from image_preflight.scanner.render import MISSING, JobTemplate, RowError, as_se
 from image_preflight.core import decision as core
 from image_preflight.core.inventory import Inventory
 from image_preflight.core.messages import sandbox_clauses
+from image_preflight.core.pinning import needed_text
 from image_preflight.core.scheduling import SchedulingSpecError
 from image_preflight.core.workloads import WorkloadError, pod_spec_of
 
@@ -35,6 +36,9 @@ class RowVerdict:
     detail: str = ""
     # Fields the row lacks that the Job prints as empty text, as agent-lightning renders them.
     missing_fields: tuple[str, ...] = ()
+    # Kept: the IfNotPresent/Never images its pod asks the nodes for (init containers and image
+    # volumes included), each as image_key() gives it; what `scan --needed-images` lists.
+    needed: tuple[str, ...] = ()
 
     @property
     def kept(self) -> bool:
@@ -211,11 +215,16 @@ def verdict_of(decision: core.Decision, *, keep_unknown: bool = False) -> RowVer
         unknown = decision.with_status(core.UNKNOWN)
         # No node named: say why (a RuntimeClass the inventory does not hold).
         return RowVerdict(UNKNOWN, _images(unknown), _nodes(v.unknown_on for v in unknown), decision.unplaced)
-    return RowVerdict(KEPT)
+    return RowVerdict(KEPT, needed=_needed(decision))
 
 
 def _images(verdicts: Iterable[core.ImageVerdict]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(v.image.image for v in verdicts))
+
+
+def _needed(decision: core.Decision) -> tuple[str, ...]:
+    """The names the kubelet asks the node for: every judged image not pulled Always."""
+    return tuple(dict.fromkeys(v.key for v in decision.verdicts if v.image.node_dependent and v.key is not None))
 
 
 def _nodes(groups: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
@@ -256,11 +265,7 @@ def filter_rows(
     '{{ input.image_name }}:openai'. Returns (kept rows, [(index, row, verdict), ...]).
     Raises scanner.render.TemplateError when the template cannot yield a Job at all.
     """
-    job_template = make_template(template, image)
-    job_template.check()
-    # Leases (the node agent's lists) are judged now unless the caller says otherwise.
-    now = time.time() if now is None else now
-    judge = RowJudge(job_template, inventory, require=require, keep_unknown=keep_unknown, now=now)
+    judge = _row_judge(template, image, inventory, require, keep_unknown, now)
     kept, dropped = [], []
     for index, row in enumerate(rows):
         verdict = judge.judge(row)
@@ -269,3 +274,33 @@ def filter_rows(
         else:
             dropped.append((index, row, verdict))
     return kept, dropped
+
+
+def needed_images(
+    rows: Iterable[Mapping],
+    *,
+    template: str | None = None,
+    image: str | None = None,
+    inventory: Inventory,
+    require: str = core.REQUIRE_ALL,
+    keep_unknown: bool = False,
+    now: float | None = None,
+) -> list[str]:
+    """The lines `scan --needed-images` writes for the rows filter_rows keeps (same arguments):
+    the distinct RowVerdict.needed of the kept rows, as pinning.needed_text gives them."""
+    judge = _row_judge(template, image, inventory, require, keep_unknown, now)
+    kept: dict[int, RowVerdict] = {}  # by id: rows share verdicts
+    for row in rows:
+        verdict = judge.judge(row)
+        if verdict.kept:
+            kept[id(verdict)] = verdict
+    return needed_text(key for verdict in kept.values() for key in verdict.needed).splitlines()
+
+
+def _row_judge(template: str | None, image: str | None, inventory: Inventory, require: str, keep_unknown: bool,
+               now: float | None) -> RowJudge:
+    job_template = make_template(template, image)
+    job_template.check()
+    # Leases (the node agent's lists) are judged now unless the caller says otherwise.
+    now = time.time() if now is None else now
+    return RowJudge(job_template, inventory, require=require, keep_unknown=keep_unknown, now=now)

@@ -1,4 +1,4 @@
-"""What a scan tells the user: a summary table, the JSON report, the build list."""
+"""What a scan tells the user: a summary table, the JSON report, the build list, the pin list."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from image_preflight.core.inventory import Inventory
+from image_preflight.core.pinning import needed_text
 from image_preflight.scanner.judge import DROP_REASONS, UNKNOWN
 from image_preflight.scanner.scan import ScanResult
 
@@ -128,3 +129,8 @@ def report_text(result: ScanResult) -> str:
 
 def missing_images_text(result: ScanResult) -> str:
     return "".join(f"{_printable(image)}\n" for image in sorted(result.missing_images()))
+
+
+def needed_images_text(result: ScanResult) -> str:
+    """The images of the kept rows, one a line, as the node agent reads them (core/pinning.py)."""
+    return needed_text(result.needed_images())

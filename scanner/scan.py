@@ -16,7 +16,7 @@ from image_preflight.errors import UsageError
 from image_preflight.files.atomic import atomic_path
 from image_preflight.scanner import datasets
 from image_preflight.scanner.dropped import DroppedRows
-from image_preflight.scanner.judge import RowJudge
+from image_preflight.scanner.judge import RowJudge, RowVerdict
 from image_preflight.scanner.parquet_inputs import distinct_inputs
 
 class Progress(Protocol):
@@ -35,6 +35,9 @@ class FileResult:
     output: Path | None = None
     # Kept rows lacking a field the Job prints only as text, by field (dotted path).
     lacking: Counter = field(default_factory=Counter)
+    # The distinct RowVerdict.needed of the kept rows, the images they will ask the nodes for;
+    # None unless scan(needed=True).
+    needed: set[str] | None = None
 
     @property
     def kept(self) -> int:
@@ -60,6 +63,12 @@ class ScanResult:
             counts.update(result.dropped.missing_images())
         return counts
 
+    def needed_images(self) -> set[str]:
+        """The distinct images of the kept rows (image_key() of each), what --needed-images lists."""
+        if any(result.needed is None for result in self.files):
+            raise ValueError("the needed images are collected by scan(..., needed=True)")
+        return set().union(*(result.needed for result in self.files))
+
 
 def scan(
     paths: Sequence[Path],
@@ -68,8 +77,10 @@ def scan(
     out_dir: Path | None = None,
     progress: Progress | None = None,
     protect: Sequence[Path] = (),
+    needed: bool = False,
 ) -> ScanResult:
-    """`protect`: more files (template, snapshots) that an output must not replace."""
+    """`protect`: more files (template, snapshots) that an output must not replace. `needed`: also
+    collect the images of the kept rows (ScanResult.needed_images)."""
     for path in paths:
         datasets.dataset_format(path)
     counted = set()
@@ -87,7 +98,8 @@ def scan(
         with ExitStack() as staged:
             for path, output in zip(paths, outputs):
                 stage = Path(staged.enter_context(atomic_path(output))) if output is not None else None
-                file_result = scan_file(path, judge, output=stage, progress=progress, counted=path in counted)
+                file_result = scan_file(path, judge, output=stage, progress=progress, counted=path in counted,
+                                        needed=needed)
                 file_result.output = output
                 result.files.append(file_result)
     except OSError as exc:  # inputs are read with their own errors; this is the out-dir
@@ -97,27 +109,31 @@ def scan(
 
 
 def scan_file(path: Path, judge: RowJudge, *, output: Path | None = None, progress: Progress | None = None,
-              counted: bool = False) -> FileResult:
-    """`counted`: the progress total already holds this file's rows."""
+              counted: bool = False, needed: bool = False) -> FileResult:
+    """`counted`: the progress total already holds this file's rows. `needed`: fill FileResult.needed."""
     if datasets.dataset_format(path) == "parquet":
-        return _scan_parquet(path, judge, output, progress, counted)
-    return _scan_json(path, judge, output, progress, counted)
+        return _scan_parquet(path, judge, output, progress, counted, needed)
+    return _scan_json(path, judge, output, progress, counted, needed)
 
 
 def _scan_json(path: Path, judge: RowJudge, output: Path | None, progress: Progress | None,
-               counted: bool) -> FileResult:
+               counted: bool, needed: bool) -> FileResult:
     source = datasets.read_json_rows(path)
     if not source.rows:
         raise UsageError(f"{path}: no rows")
     if progress and not counted:
         progress.add_total(len(source.rows))
     keep, dropped_rows, verdicts, lines, lacking = [], [], [], [], Counter()
+    kept_verdicts: dict[int, RowVerdict] | None = {} if needed else None  # by id: rows share verdicts
     for index, row in enumerate(source.rows):
         verdict = judge.judge(row)
         keep.append(verdict.kept)
-        if verdict.missing_fields and verdict.kept:
-            lacking.update(verdict.missing_fields)
-        if not verdict.kept:
+        if verdict.kept:
+            if kept_verdicts is not None:
+                kept_verdicts[id(verdict)] = verdict
+            if verdict.missing_fields:
+                lacking.update(verdict.missing_fields)
+        else:
             dropped_rows.append(index)
             verdicts.append(verdict)
             if source.line_numbers:
@@ -129,11 +145,11 @@ def _scan_json(path: Path, judge: RowJudge, output: Path | None, progress: Progr
     if output is not None:
         datasets.write_json_rows(output, source, keep)
     dropped = DroppedRows.collect(str(path), dropped_rows, verdicts, lines if source.line_numbers else None)
-    return FileResult(path, len(source.rows), dropped, output, lacking)
+    return FileResult(path, len(source.rows), dropped, output, lacking, _needed(kept_verdicts))
 
 
 def _scan_parquet(path: Path, judge: RowJudge, output: Path | None, progress: Progress | None,
-                  counted: bool) -> FileResult:
+                  counted: bool, needed: bool) -> FileResult:
     table = datasets.read_parquet(path)
     if table.num_rows == 0:
         raise UsageError(f"{path}: no rows")
@@ -151,11 +167,12 @@ def _scan_parquet(path: Path, judge: RowJudge, output: Path | None, progress: Pr
         for group, verdict in enumerate(verdicts):
             if verdict.kept and verdict.missing_fields:
                 lacking.update({name: int(sizes[group]) for name in verdict.missing_fields})
+        images = _needed({id(v): v for v, rows in zip(verdicts, sizes) if v.kept and rows} if needed else None)
     else:
-        keep, dropped, lacking = _judge_row_by_row(table, judge, path, progress, counted_rows)
+        keep, dropped, lacking, images = _judge_row_by_row(table, judge, path, progress, counted_rows, needed)
     if output is not None:
         datasets.write_parquet(output, table, pa.array(keep, type=pa.bool_()), like=path)
-    return FileResult(path, table.num_rows, dropped, output, lacking)
+    return FileResult(path, table.num_rows, dropped, output, lacking, images)
 
 
 def _shared_verdicts(judge: RowJudge, inputs, progress: Progress | None) -> tuple[list, int]:
@@ -177,7 +194,7 @@ def _shared_verdicts(judge: RowJudge, inputs, progress: Progress | None) -> tupl
 
 
 def _judge_row_by_row(table: pa.Table, judge: RowJudge, path: Path, progress: Progress | None = None,
-                      reported: int = 0) -> tuple[np.ndarray, DroppedRows, Counter]:
+                      reported: int = 0, needed: bool = False) -> tuple[np.ndarray, DroppedRows, Counter, set | None]:
     """`reported`: rows already counted in `progress`, not to be counted twice."""
     paths = judge.template.paths
     if paths is not None:
@@ -185,13 +202,17 @@ def _judge_row_by_row(table: pa.Table, judge: RowJudge, path: Path, progress: Pr
         table = table.select([c for c in table.column_names if c in wanted])
     keep = np.ones(table.num_rows, dtype=bool)
     dropped_rows, verdicts, lacking = [], [], Counter()
+    kept_verdicts: dict[int, RowVerdict] | None = {} if needed else None  # by id: rows share verdicts
     offset = 0
     for batch in table.to_batches(max_chunksize=65536):
         for index, row in enumerate(batch.to_pylist(), start=offset):
             verdict = judge.judge(row)
-            if verdict.kept and verdict.missing_fields:
-                lacking.update(verdict.missing_fields)
-            if not verdict.kept:
+            if verdict.kept:
+                if kept_verdicts is not None:
+                    kept_verdicts[id(verdict)] = verdict
+                if verdict.missing_fields:
+                    lacking.update(verdict.missing_fields)
+            else:
                 keep[index] = False
                 dropped_rows.append(index)
                 verdicts.append(verdict)
@@ -200,4 +221,9 @@ def _judge_row_by_row(table: pa.Table, judge: RowJudge, path: Path, progress: Pr
             credit = min(reported, batch.num_rows)
             reported -= credit
             progress.advance(batch.num_rows - credit)
-    return keep, DroppedRows.collect(str(path), dropped_rows, verdicts), lacking
+    return keep, DroppedRows.collect(str(path), dropped_rows, verdicts), lacking, _needed(kept_verdicts)
+
+
+def _needed(kept: dict[int, RowVerdict] | None) -> set[str] | None:
+    """The images of the kept rows' distinct verdicts (by id), or None when not collected."""
+    return None if kept is None else {key for verdict in kept.values() for key in verdict.needed}

@@ -58,6 +58,33 @@ disabled_plugins = [{disabled}]
       conf_dir = "{cni_conf}"
 """
 
+# containerd 2.x reads config version 3, with the CRI plugin split in three.
+_CONFIG_V3 = """\
+version = 3
+root = "{root}"
+state = "{state}"
+disabled_plugins = [{disabled}]
+
+[grpc]
+  address = "{socket}"
+
+[ttrpc]
+  address = "{socket}.ttrpc"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{opt}"
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "{sandbox}"
+[plugins."io.containerd.cri.v1.runtime"]
+  disable_apparmor = true
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = ["{cni_bin}"]
+    conf_dir = "{cni_conf}"
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+"""
+
 # Snapshotters that need extra kernel or disk support; they only add noise to the log.
 _UNUSED_PLUGINS = (
     "io.containerd.snapshotter.v1.aufs",
@@ -79,9 +106,10 @@ class Containerd:
     `cri=False` disables the CRI plugin, giving a runtime without CRI v1. `base_dir`
     holds the temporary directory (default: the system temp dir); a tmpfs such as
     /dev/shm makes bulk imports several times faster, as containerd syncs every write.
+    `binary`: a containerd 2.x (containerd2_binary()) instead of Debian's 1.6 on PATH.
     """
 
-    def __init__(self, *, cri: bool = True, base_dir: str | None = None) -> None:
+    def __init__(self, *, cri: bool = True, base_dir: str | None = None, binary: str | None = None) -> None:
         # A short base dir keeps the socket path under the 107-byte limit of AF_UNIX.
         self.dir = tempfile.mkdtemp(prefix="ctrd-", dir=base_dir)
         self.cri = cri
@@ -90,10 +118,14 @@ class Containerd:
         self.config_path = os.path.join(self.dir, "config.toml")
         self.log_path = os.path.join(self.dir, "containerd.log")
         self._proc: subprocess.Popen[bytes] | None = None
+        self.binary = binary or "containerd"
+        self.ctr = os.path.join(os.path.dirname(binary), "ctr") if binary else "ctr"
+        if binary and not cri:
+            raise ContainerdError("a containerd 2.x without CRI is not needed by any test")
         disabled = _UNUSED_PLUGINS if cri else (*_UNUSED_PLUGINS, _CRI_PLUGIN)
         with open(self.config_path, "w", encoding="utf-8") as f:
             f.write(
-                _CONFIG.format(
+                (_CONFIG_V3 if binary else _CONFIG).format(
                     root=os.path.join(self.dir, "root"),
                     state=os.path.join(self.dir, "state"),
                     socket=self.socket,
@@ -110,7 +142,7 @@ class Containerd:
             raise ContainerdError(f"containerd in {self.dir} is already running")
         with open(self.log_path, "ab") as log:
             self._proc = subprocess.Popen(
-                ["containerd", "--config", self.config_path],
+                [self.binary, "--config", self.config_path],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -337,6 +369,16 @@ def manifest_digest(sock: str, name: str) -> str:
         if columns and columns[0] == name:
             return columns[2]
     raise ContainerdError(f"no image named {name} in namespace {NAMESPACE} at {sock}")
+
+
+def containerd2_binary() -> str:
+    """The containerd 2.x that tests/controlplane/build builds beside the kubelet (the real node's)."""
+    kubelet = shutil.which("kubelet")
+    binary = os.path.join(os.path.dirname(kubelet), "containerd", "containerd") if kubelet else None
+    if binary is None or not os.access(binary, os.X_OK):
+        unavailable("containerd 2.x not built (tests/controlplane/build, then its folder on PATH)")
+    require_containerd()
+    return binary
 
 
 def require_containerd() -> None:

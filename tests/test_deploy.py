@@ -26,6 +26,7 @@ from kubernetes_validate.utils import latest_version
 from image_preflight.cli import build_parser, main
 from image_preflight.doctor.findings import selects as selector_matches  # metav1.LabelSelector
 from image_preflight.core.decision import DENY, decide
+from image_preflight.core.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
 from image_preflight.files.inventory import load_inventory_file
 from image_preflight.core.workloads import pod_spec_of
 from tests.agent_lightning import build_job_spec, example_row
@@ -61,12 +62,22 @@ def _kustomizations() -> dict[str, str]:
 
 
 KUSTOMIZATIONS = _kustomizations()
-# A component inside another's folder is a part of it (components/steer/from-validating), not
-# something an overlay adds alone.
+# A component inside another component's folder is a part of it (components/steer/from-validating),
+# not something an overlay adds alone.
 COMPONENTS = sorted(d for d, kind in KUSTOMIZATIONS.items() if kind == "Component"
-                    and not any(d.startswith(f"{other}/") for other in KUSTOMIZATIONS))
-# Components are not standalone: each is rendered on top of the base.
-TARGETS = sorted(d for d, kind in KUSTOMIZATIONS.items() if kind != "Component") + [f"base+{c}" for c in COMPONENTS]
+                    and not any(d.startswith(f"{other}/") for other, k in KUSTOMIZATIONS.items() if k == "Component"))
+
+
+def base_of(component: str) -> str:
+    """What a component is added to: the kustomization whose components/ folder holds it
+    (agent/components/pin-needed-images: agent), else the webhook's base."""
+    head, found, _ = component.rpartition("/components/")
+    return head if found else "base"
+
+
+# Components are not standalone: each is rendered on top of its base.
+TARGETS = sorted(d for d, kind in KUSTOMIZATIONS.items() if kind != "Component") + [
+    f"{base_of(c)}+{c}" for c in COMPONENTS]
 
 
 @pytest.fixture(scope="session")
@@ -99,14 +110,14 @@ def deploy_copy(tmp_path_factory) -> Path:
     for component in COMPONENTS:
         overlay = copy / "_on-base" / component.replace("/", "-")
         overlay.mkdir(parents=True)
-        kustomization = {"resources": ["../../base"], "components": [f"../../{component}"]}
+        kustomization = {"resources": [f"../../{base_of(component)}"], "components": [f"../../{component}"]}
         (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization), encoding="utf-8")
     return copy
 
 
 def _target_dir(copy: Path, target: str) -> Path:
-    if target.startswith("base+"):
-        return copy / "_on-base" / target.removeprefix("base+").replace("/", "-")
+    if "+" in target:
+        return copy / "_on-base" / target.partition("+")[2].replace("/", "-")
     return copy / target
 
 
@@ -650,3 +661,26 @@ def test_deploy_doc_names_only_paths_that_exist():
     assert named, "docs/deploy.md names no deploy/ or examples/ path"
     missing = sorted(p for p in named if not (ROOT / p).exists())
     assert not missing, f"docs/deploy.md names paths that do not exist: {missing}"
+
+
+def test_pin_needed_images_component_adds_the_flag_and_reads_the_needed_list_only(render):
+    target = "agent+agent/components/pin-needed-images"
+    if target not in TARGETS:
+        pytest.fail("deploy/agent/components/pin-needed-images is missing")
+    documents = _docs(render, target)
+    daemonset = _one(documents, "DaemonSet", "image-preflight-agent")
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    args = build_parser()[0].parse_args([*container["command"][1:], *container["args"]])
+    assert args.pin_needed_images == NEEDED_CONFIGMAP and args.publish
+    role = _one(documents, "Role", "image-preflight-agent-needed-images")
+    assert role["metadata"]["namespace"] == NEEDED_NAMESPACE
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [NEEDED_NAME],
+                              "verbs": ["get", "list", "watch"]}]
+    binding = _one(documents, "RoleBinding", "image-preflight-agent-needed-images")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": daemonset["spec"]["template"]["spec"][
+        "serviceAccountName"], "namespace": daemonset["metadata"]["namespace"]}]
+    # The list is the trainer's: an apply of the agent must not overwrite it.
+    assert not [d for d in documents if d["kind"] == "ConfigMap"]
+    without = _docs(render, "agent")
+    assert [d for d in documents if d["kind"] not in ("Role", "RoleBinding", "DaemonSet")] == [
+        d for d in without if d["kind"] != "DaemonSet"]

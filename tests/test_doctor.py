@@ -9,6 +9,7 @@ the apiserver at the Service's ClusterIP, as in tests/test_cluster_webhook.py.
 from __future__ import annotations
 
 import base64
+import time
 
 import pytest
 from kubernetes import client as k8s
@@ -24,6 +25,7 @@ from tests.controlplane.webhook import ServedWebhook
 from tests.test_deploy import NAMESPACE, SELF_SIGNED, SERVICE, deploy_copy  # noqa: F401 - fixture
 from image_preflight.cli import main
 from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION, format_time
+from image_preflight.doctor.gc import GRANT_PROXY
 
 ROLLOUTS = "rollouts"
 ENFORCE = {"image-preflight.io/enforce": "true"}
@@ -102,6 +104,53 @@ def test_a_healthy_cluster_has_no_problems(plane, served, capsys):
     assert f"{ROLLOUTS} (AGL_NAMESPACE) among them" in text
     assert "ok: node cpu-1: complete list in node status (5 images, under the cap of 50, from its configz)" in text
     assert "ok: rollout pods may land on 1 node(s): cpu-1" in text
+    assert "skipped: no needed list (ConfigMap image-preflight-agent/needed-images does not exist)" in text
+
+
+def test_needed_images_unpinned_and_the_kubelets_gc_settings_through_the_node_proxy(plane, served, capsys):
+    """configz as the kubelet's own scheme defaults it (cmd/kubelet-configz); stats/summary, which
+    that stand-in does not serve, answers 404 through the apiserver's node proxy."""
+    core = plane.core()
+    core.create_namespaced_config_map("image-preflight-agent", {"metadata": {"name": "needed-images"}, "data": {
+        "needed.txt": "docker.io/library/filler-0:v1\ndocker.io/library/filler-1:v1\nNot A Reference\n"}})
+    custom = k8s.CustomObjectsApi(core.api_client)
+    custom.create_cluster_custom_object(GROUP, VERSION, PLURAL, {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeImages", "metadata": {"name": "cpu-1"},
+        "spec": {"nodeName": "cpu-1", "observedAt": format_time(time.time()), "leaseDurationSeconds": 300,
+                 "images": [{"id": "sha256:" + "a" * 64, "repoTags": ["docker.io/library/filler-0:v1"],
+                             "pinned": False},
+                            {"id": "sha256:" + "b" * 64, "repoTags": ["docker.io/library/filler-1:v1"],
+                             "pinned": True}]}})
+    try:
+        code, lines = doctor(plane, served, capsys)
+    finally:
+        custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, "cpu-1")
+        core.delete_namespaced_config_map("needed-images", "image-preflight-agent")
+    text = "\n".join(lines)
+    assert code == 1
+    assert "ok: ConfigMap image-preflight-agent/needed-images lists 2 needed image(s)" in text
+    assert "problem: the needed list has lines that are not image references" in text and "line 3" in text
+    assert ("problem: node cpu-1: 1 needed image(s) not pinned (docker.io/library/filler-0:v1): pinning is not "
+            "enabled on its node agent, so the kubelet's image GC may delete them; fix: enable pinning") in text
+    assert ("skipped: node cpu-1: its image filesystem's use (imageGCHighThresholdPercent 85, "
+            "imageGCLowThresholdPercent 80, imageMinimumGCAge 2m0s, imageMaximumGCAge 0s; stats/summary: "
+            "HTTP 404") in text
+
+
+def test_without_nodes_proxy_each_node_is_one_skipped_line_not_a_failure(plane, served, capsys, tmp_path):
+    """The webhook's ServiceAccount lists nodes (deploy/base/rbac.yaml) but may not get nodes/proxy
+    nor the needed list."""
+    reader = plane.service_account_kubeconfig("image-preflight", "image-preflight", tmp_path / "sa.kubeconfig")
+    code = main(["doctor", "--kubeconfig", str(reader), "--namespace", ROLLOUTS,
+                 "--webhook-address", f"127.0.0.1:{served.port}"])
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err and code != 2, captured.err
+    lines = captured.out.splitlines()
+    assert [line for line in lines if line.startswith("skipped: node cpu-1: its kubelet")] == [
+        "skipped: node cpu-1: its kubelet's image GC settings and disk use (configz: HTTP 403; reading it needs get "
+        "on nodes/proxy); fix: " + GRANT_PROXY]
+    assert ("skipped: the needed list (configmap image-preflight-agent/needed-images: HTTP 403; reading it needs get "
+            "on configmaps in namespace image-preflight-agent)") in lines
 
 
 def test_the_rollout_namespace_not_opted_in_is_a_problem_with_its_label_command(plane, served, capsys):
@@ -320,3 +369,271 @@ def test_a_replica_waiting_for_its_own_image_is_named_with_its_node_and_the_impo
     assert "ctr -n k8s.io images import" in found[2].fix and "cpu-1" in found[2].fix
     assert texts[2] == "Pod image-preflight/c: container webhook waits (CrashLoopBackOff: back-off 10s)"
     assert len(texts) == 3  # a terminating Pod is on its way out
+
+
+# --- the kubelet's image GC against the needed images (image_preflight/doctor/gc.py) ---------------
+
+NEEDED = ["docker.io/library/rollout-a:v1", "docker.io/library/rollout-b:v1", "docker.io/library/rollout-c:v1",
+          "docker.io/library/rollout-d:v1"]
+GIB = 2**30
+
+
+def _agent(name: str, pinned: dict[str, bool], pinning: dict | None = None) -> dict:
+    """A node agent's NodeImages object holding `pinned`'s images, each pinned or not, and a filler."""
+    from image_preflight.core.runtime_inventory import runtime_object
+
+    images = [{"id": "sha256:" + f"{n:x}" * 64, "repoTags": [ref], "pinned": pin}
+              for n, (ref, pin) in enumerate(pinned.items(), start=1)]
+    images.append({"id": "sha256:" + "f" * 64, "repoTags": ["docker.io/library/filler-0:v1"], "pinned": False})
+    obj = runtime_object(name, images, observed_at=1_000_000_000, lease_seconds=300)
+    if pinning is not None:
+        obj["spec"]["pinning"] = pinning
+    return obj
+
+
+def _summary(used_percent: float, capacity: int = 100 * GIB) -> dict:
+    """stats/summary as the kubelet serves it (pkg/kubelet/apis/stats/v1alpha1: node.runtime.imageFs)."""
+    available = int(capacity * (100 - used_percent) / 100)
+    return {"node": {"nodeName": "n", "runtime": {"imageFs": {
+        "availableBytes": available, "capacityBytes": capacity, "usedBytes": capacity - available}}}}
+
+
+def _gc(config: dict | None, summary, agent: dict | None, needed_refs=NEEDED, name: str = "cpu-1"):
+    """gc.image_gc for one node; `config` None: configz answered 403."""
+    from image_preflight.core.pinning import parse_needed
+    from image_preflight.doctor import gc
+    from image_preflight.kube.cluster_inventory import KubeletUnread
+
+    configs = {name: config if config is not None else KubeletUnread(403, "HTTP 403 Forbidden: nodes/proxy")}
+    needed = parse_needed({"needed.txt": "\n".join(needed_refs)}) if needed_refs is not None else None
+    reported = gc.by_node([agent] if agent is not None else [])
+    return gc.image_gc([name], configs, {name: summary} if summary is not None else {}, reported, needed)
+
+
+def _lines(found, status: str | None = None) -> list[str]:
+    return [f.line() for f in found if status is None or f.status == status]
+
+
+ALL_PINNED = {ref: True for ref in NEEDED}
+TWO_UNPINNED = {**ALL_PINNED, NEEDED[1]: False, NEEDED[3]: False}
+
+
+@pytest.mark.parametrize(("available", "capacity", "use"), [
+    (151, 1000, 85),  # 100 - int(15100/1000) = 100 - 15: the integer division rounds use up
+    (150, 1000, 85),
+    (149, 1000, 86),
+    (2000, 1000, 0),  # available above capacity is capped at it
+    (0, 1000, 100),
+    (None, 1000, 100),  # an absent field reads 0
+])
+def test_image_fs_use_is_computed_as_the_kubelets_gc_computes_it(available, capacity, use):
+    """pkg/kubelet/images/image_gc_manager.go, GarbageCollect: available capped at capacity,
+    `usagePercent := 100 - int(available*100/capacity)`."""
+    from image_preflight.doctor.gc import image_fs_use
+
+    image_fs = {"capacityBytes": capacity, **({"availableBytes": available} if available is not None else {})}
+    assert image_fs_use({"node": {"runtime": {"imageFs": image_fs}}}) == use
+
+
+def test_an_image_fs_of_capacity_0_or_no_image_fs_is_not_a_use():
+    """GarbageCollect fails with InvalidDiskCapacity on capacity 0: no use to compare."""
+    from image_preflight.doctor.gc import image_fs_use
+
+    with pytest.raises(ValueError, match="capacity 0"):
+        image_fs_use({"node": {"runtime": {"imageFs": {"availableBytes": 0, "capacityBytes": 0}}}})
+    with pytest.raises(ValueError, match="no node.runtime.imageFs"):
+        image_fs_use({"node": {}})
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("2m0s", 120), ("1h30m0s", 5400), ("0s", 0), ("0", 0),
+                                               ("1.5h", 5400), ("300ms", 0.3), ("-1m", -60)])
+def test_go_durations_as_configz_writes_them(text, seconds):
+    """metav1.Duration marshals as Go's time.Duration.String(); time.ParseDuration reads it."""
+    from image_preflight.doctor.gc import go_duration
+
+    assert go_duration(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "2", "2 minutes", "1d", "m", "1h30"])
+def test_what_is_not_a_go_duration_is_refused(text):
+    from image_preflight.doctor.gc import go_duration
+
+    with pytest.raises(ValueError):
+        go_duration(text)
+
+
+def test_absent_gc_settings_take_the_kubelets_defaults():
+    """pkg/kubelet/apis/config/v1beta1/defaults.go, SetDefaults_KubeletConfiguration: 85, 80, 2m, 0."""
+    from image_preflight.doctor.gc import gc_policy
+
+    policy = gc_policy({})
+    assert (policy.high, policy.low, policy.min_age, policy.max_age, policy.max_age_s) == (85, 80, "2m0s", "0s", 0)
+    assert gc_policy({"imageGCHighThresholdPercent": 90, "imageMaximumGCAge": "1h0m0s"}).max_age_s == 3600
+    with pytest.raises(ValueError, match="imageGCHighThresholdPercent"):
+        gc_policy({"imageGCHighThresholdPercent": "85"})
+
+
+def test_below_the_threshold_is_ok_with_the_settings():
+    found = _gc({}, _summary(50), _agent("cpu-1", TWO_UNPINNED, {"list": "a/b", "supported": True}))
+    assert _lines(found, "ok") == [
+        "ok: node cpu-1: image filesystem 50% used, under the image GC threshold (imageGCHighThresholdPercent 85, "
+        "imageGCLowThresholdPercent 80, imageMinimumGCAge 2m0s, imageMaximumGCAge 0s)"]
+
+
+def test_near_the_threshold_is_a_problem_only_with_a_needed_image_unpinned():
+    near_unpinned = _gc({}, _summary(80), _agent("cpu-1", TWO_UNPINNED))
+    assert ("problem: node cpu-1: image filesystem 80% used, 5 point(s) under imageGCHighThresholdPercent 85: a "
+            "long run's pulls may cross it, and the kubelet's image GC then deletes unused unpinned images, among "
+            "them 2 needed image(s) not pinned (docker.io/library/rollout-b:v1, docker.io/library/rollout-d:v1); "
+            "fix: enable pinning") in "\n".join(_lines(near_unpinned))
+    near_pinned = _gc({}, _summary(80), _agent("cpu-1", ALL_PINNED, {"list": "a/b", "supported": True}))
+    assert _lines(near_pinned, "problem") == []
+    assert any(line.startswith("ok: node cpu-1: image filesystem 80% used, 5 point(s) under the image GC threshold")
+               for line in _lines(near_pinned))
+    # 75% is the edge of the warning band (85 - 10); 74% is below it.
+    assert any("10 point(s) under imageGCHighThresholdPercent" in line
+               for line in _lines(_gc({}, _summary(75), _agent("cpu-1", TWO_UNPINNED)), "problem"))
+    assert not any("image filesystem" in line for line in _lines(_gc({}, _summary(74), _agent("cpu-1", TWO_UNPINNED)),
+                                                                  "problem"))
+
+
+@pytest.mark.parametrize("use", [85, 97])
+def test_at_or_above_the_threshold_is_a_problem_even_with_every_needed_image_pinned(use):
+    """GarbageCollect frees down to the low threshold once usagePercent >= HighThresholdPercent."""
+    found = _gc({"imageGCHighThresholdPercent": 85, "imageGCLowThresholdPercent": 70}, _summary(use),
+                _agent("cpu-1", ALL_PINNED, {"list": "a/b", "supported": True, "needed": 4, "pinned": 4}))
+    (problem,) = [f for f in found if f.status == "problem"]
+    assert problem.text == (f"node cpu-1: image filesystem {use}% used, at or above imageGCHighThresholdPercent 85: "
+                            "the kubelet's image GC is deleting unused unpinned images there now, every 5 minutes, "
+                            "down to 70%")
+    assert "grow node cpu-1's image filesystem" in problem.fix
+    unpinned = _gc({}, _summary(use), _agent("cpu-1", TWO_UNPINNED, {"list": "a/b", "supported": True}))
+    at = [f for f in unpinned if "at or above" in f.text]
+    assert at[0].text.endswith("among them 2 needed image(s) not pinned (docker.io/library/rollout-b:v1, "
+                               "docker.io/library/rollout-d:v1)")
+    assert at[0].fix == "kubectl -n image-preflight-agent logs ds/image-preflight-agent"
+
+
+def test_gc_turned_off_is_ok_whatever_the_disk_use():
+    """pkg/kubelet/kubelet.go, StartGarbageCollection: high 100 and no maximum age: no image GC."""
+    found = _gc({"imageGCHighThresholdPercent": 100}, _summary(100), _agent("cpu-1", ALL_PINNED))
+    assert _lines(found, "problem") == []
+    assert any("the kubelet's image GC is off" in line for line in _lines(found, "ok"))
+
+
+def test_a_maximum_age_is_a_problem_where_needed_images_are_not_pinned():
+    """image_gc_manager.go, freeOldImages: images unused for longer than MaxAge go, whatever the disk use."""
+    config = {"imageMaximumGCAge": "1h0m0s"}
+    unpinned = _gc(config, _summary(10), _agent("cpu-1", TWO_UNPINNED))
+    assert ("problem: node cpu-1: imageMaximumGCAge 1h0m0s: the kubelet deletes images unused for longer than that, "
+            "whatever the disk use, among them 2 needed image(s) not pinned (docker.io/library/rollout-b:v1, "
+            "docker.io/library/rollout-d:v1); fix: enable pinning") in "\n".join(_lines(unpinned))
+    pinned = _gc(config, _summary(10), _agent("cpu-1", ALL_PINNED, {"list": "a/b", "supported": True}))
+    assert _lines(pinned, "problem") == []
+    assert ("ok: node cpu-1: imageMaximumGCAge 1h0m0s: the kubelet deletes images unused for longer than that, "
+            "whatever the disk use; the needed images there are pinned") in _lines(pinned)
+    assert not any("imageMaximumGCAge 0s:" in line for line in _lines(_gc({}, _summary(10), _agent("cpu-1", {}))))
+
+
+def test_needed_images_not_pinned_are_named_with_the_fix_for_how_the_agent_runs():
+    """pinning.needed_unpinned over spec.images: without spec.pinning the agent does not pin."""
+    many = {ref: False for ref in NEEDED}
+    (line,) = _lines(_gc({}, _summary(10), _agent("cpu-1", many)), "problem")
+    assert line == ("problem: node cpu-1: 4 needed image(s) not pinned (docker.io/library/rollout-a:v1, "
+                    "docker.io/library/rollout-b:v1, docker.io/library/rollout-c:v1 and 1 more): pinning is not "
+                    "enabled on its node agent, so the kubelet's image GC may delete them; fix: enable pinning: "
+                    "kubectl apply -k OVERLAY, an overlay of deploy/agent with the component "
+                    "deploy/agent/components/pin-needed-images")
+    enabled = _gc({}, _summary(10), _agent("cpu-1", TWO_UNPINNED, {"list": "image-preflight-agent/needed-images",
+                                                                   "supported": True, "message": "label failed"}))
+    (line,) = _lines(enabled, "problem")
+    assert "2 needed image(s) not pinned" in line and "although its node agent pins (label failed)" in line
+    assert line.endswith("fix: kubectl -n image-preflight-agent logs ds/image-preflight-agent")
+    assert _lines(_gc({}, _summary(10), _agent("cpu-1", ALL_PINNED)), "ok")[0] == (
+        "ok: node cpu-1: the 4 needed image(s) it holds are pinned")
+    assert _lines(_gc({}, _summary(10), _agent("cpu-1", {})), "ok")[0] == "ok: node cpu-1: holds none of the needed images"
+
+
+def test_a_runtime_that_cannot_pin_is_one_problem_with_the_upgrade():
+    from image_preflight.core.pinning import pinning_refusal
+
+    message = pinning_refusal("containerd", "1.6.20")
+    assert message is not None
+    found = _gc({}, _summary(10), _agent("cpu-1", TWO_UNPINNED, {"list": "image-preflight-agent/needed-images",
+                                                                 "supported": False, "message": message}))
+    (line,) = _lines(found, "problem")
+    assert line == (f"problem: node cpu-1: its container runtime cannot pin ({message}): the kubelet's image GC may "
+                    "delete any unused image there, among them 2 needed image(s) not pinned "
+                    "(docker.io/library/rollout-b:v1, docker.io/library/rollout-d:v1); fix: upgrade containerd to "
+                    "2.0 or later (or 1.7.10, 1.6.25 or later in their series)")
+    # Without a needed list the runtime's inability is still told.
+    assert len(_lines(_gc({}, _summary(10), _agent("cpu-1", {}, {"list": "a/b", "supported": False}),
+                          needed_refs=None), "problem")) == 1
+
+
+def test_no_needed_list_is_one_skipped_line_with_its_command_and_no_needed_image_findings():
+    from image_preflight.doctor.gc import needed_list
+
+    found, needed = needed_list(None)
+    assert needed is None
+    assert _lines(found) == [
+        "skipped: no needed list (ConfigMap image-preflight-agent/needed-images does not exist): whether the "
+        "kubelet's image GC may delete a needed image is not checked, and the agent pins nothing; fix: kubectl -n "
+        "image-preflight-agent create configmap needed-images --from-file=needed.txt"]
+    per_node = _gc({"imageMaximumGCAge": "1h0m0s"}, _summary(80), _agent("cpu-1", TWO_UNPINNED), needed_refs=None)
+    assert _lines(per_node, "problem") == [] and not any("needed" in line for line in _lines(per_node))
+
+
+def test_a_needed_list_with_bad_lines_is_a_problem_with_parse_needeeds_summary():
+    from image_preflight.core.pinning import parse_needed
+    from image_preflight.doctor.gc import needed_list
+
+    data = {"needed.txt": "docker.io/library/rollout-a:v1\nNot A Reference\n# a comment\n"}
+    found, needed = needed_list(data)
+    assert needed is not None and needed.keys == {"docker.io/library/rollout-a:v1"}
+    summary = parse_needed(data).summary
+    assert summary and "line 2" in summary
+    assert [f.status for f in found] == ["ok", "problem"]
+    assert found[1].text.endswith(summary) and "edit configmap needed-images" in found[1].fix
+
+
+@pytest.mark.parametrize(("status", "why", "expected"), [
+    (403, "HTTP 403 Forbidden: nodes/proxy", "HTTP 403; reading it needs get on nodes/proxy"),
+    (503, "HTTP 503 Service Unavailable: no route", "HTTP 503 Service Unavailable: no route: the apiserver cannot "
+                                                    "reach its kubelet (node down?)"),
+])
+def test_an_unreadable_configz_is_one_skipped_line_per_node_naming_the_status(status, why, expected):
+    from image_preflight.doctor import gc
+    from image_preflight.kube.cluster_inventory import KubeletUnread
+
+    configs = {"cpu-1": KubeletUnread(status, why), "cpu-2": KubeletUnread(status, why)}
+    found = gc.image_gc(["cpu-1", "cpu-2"], configs, {}, {}, None)
+    assert [f.status for f in found] == ["skipped", "skipped"]
+    assert found[0].text == f"node cpu-1: its kubelet's image GC settings and disk use (configz: {expected})"
+    assert ("nodes/proxy" in found[0].fix) is (status == 403)
+
+
+def test_an_unreadable_summary_still_tells_the_settings_and_the_maximum_age():
+    from image_preflight.kube.cluster_inventory import KubeletUnread
+
+    found = _gc({"imageMaximumGCAge": "30m0s"}, KubeletUnread(404, "HTTP 404 Not Found"), _agent("cpu-1", TWO_UNPINNED))
+    texts = _lines(found)
+    assert ("skipped: node cpu-1: its image filesystem's use (imageGCHighThresholdPercent 85, imageGCLowThresholdPercent "
+            "80, imageMinimumGCAge 2m0s, imageMaximumGCAge 30m0s; stats/summary: HTTP 404 Not Found)") in texts
+    assert any(line.startswith("problem: node cpu-1: imageMaximumGCAge 30m0s") for line in texts)
+
+
+def test_the_nodes_checked_are_the_agents_and_where_rollouts_land_not_a_tainted_gpu_node():
+    from image_preflight.doctor import gc
+    from image_preflight.doctor.findings import eligible_nodes
+
+    taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    nodes = [{"metadata": {"name": "cpu-1"}, "spec": {"taints": taint}}, {"metadata": {"name": "cpu-2"}},
+             {"metadata": {"name": "gpu-1"}, "spec": {"taints": taint}}]
+    reported = gc.by_node([_agent("cpu-1", {})])
+    assert gc.gc_nodes(nodes, reported, eligible_nodes(nodes, {})) == ["cpu-1", "cpu-2"]
+    # A landing node with no agent: its pins are not known, said once.
+    found = gc.image_gc(["cpu-2"], {"cpu-2": {}}, {"cpu-2": _summary(80)}, reported,
+                        gc.needed_list({"needed.txt": NEEDED[0]})[1])
+    assert [f.status for f in found] == ["skipped", "ok"]
+    assert "no node agent reports its images" in found[0].text

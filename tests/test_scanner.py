@@ -237,7 +237,7 @@ def test_out_dir_that_is_a_file_is_refused(work, capsys):
     assert "taken: --out-dir is not a directory" in one_line_error(capsys)
 
 
-@pytest.mark.parametrize("option", ["--report", "--missing-images"])
+@pytest.mark.parametrize("option", ["--report", "--missing-images", "--needed-images"])
 def test_an_unwritable_report_path_writes_nothing(work, capsys, option):
     write_jsonl(work / "train.jsonl", rows_of("good", "lost"))
     (work / "out").mkdir()
@@ -256,10 +256,11 @@ def test_outputs_get_the_mode_the_umask_gives(work, mask):
     old = os.umask(mask)
     try:
         assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "nodes.json", "--out-dir", "out",
-                     "--report", "report.json", "--missing-images", "missing.txt"]) == 0
+                     "--report", "report.json", "--missing-images", "missing.txt",
+                     "--needed-images", "needed.txt"]) == 0
     finally:
         os.umask(old)
-    for path in ("out/train.jsonl", "report.json", "missing.txt"):
+    for path in ("out/train.jsonl", "report.json", "missing.txt", "needed.txt"):
         assert stat.S_IMODE((work / path).stat().st_mode) == 0o666 & ~mask, path
 
 
@@ -332,7 +333,7 @@ def test_report_lists_every_dropped_row(work, capsys):
     assert "train.jsonl:6: unrenderable: field input.image_name: missing" in out
 
 
-@pytest.mark.parametrize("option", ["--report", "--missing-images"])
+@pytest.mark.parametrize("option", ["--report", "--missing-images", "--needed-images"])
 @pytest.mark.parametrize("target", ["train.jsonl", "nodes.json", "job.yaml"])
 def test_report_over_an_input_is_refused(work, capsys, option, target):
     write_jsonl(work / "train.jsonl", rows_of("good", "missing"))
@@ -341,6 +342,150 @@ def test_report_over_an_input_is_refused(work, capsys, option, target):
     assert main(args) == 2
     assert option in one_line_error(capsys)
     assert snapshot(work) == before
+
+
+# --- the images to pin: --needed-images and image_preflight.needed_images ------------------------
+
+PIN_TEMPLATE = """apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ job_name }}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      initContainers:
+      - name: setup
+        image: {{ (input.tools ~ ":v1") | yaml_escape }}
+      containers:
+      - name: rollout
+        image: {{ input.image_name | yaml_escape }}
+        imagePullPolicy: IfNotPresent
+      - name: proxy
+        image: proxy:v2
+      - name: fetch
+        image: busybox:latest
+"""
+PIN_NEEDED = ["docker.io/library/good:openai", "docker.io/library/other:openai", "docker.io/library/proxy:v2",
+              "docker.io/library/tools-a:v1"]
+
+
+@pytest.fixture
+def pin_rows(work):
+    """Two datasets for PIN_TEMPLATE in `work`: a JSONL file and a parquet one (judged column-wise);
+    their rows."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    write_nodes(work / "nodes.json", node("node-a", ["good:openai", "other:openai", "tools-a:v1", "tools-b:v1",
+                                                     "proxy:v2"]))
+    (work / "pin.yaml").write_text(PIN_TEMPLATE)
+    train = [{"image_name": "good:openai", "tools": "tools-a"},
+             {"image_name": "lost:openai", "tools": "tools-b"},  # dropped: neither of its images is needed
+             {"image_name": "docker.io/library/good:openai", "tools": "tools-a"},  # the same image as row 0
+             {"image_name": "good:openai", "tools": "tools-a"}]
+    write_jsonl(work / "train.jsonl", train)
+    val = [{"image_name": "other:openai", "tools": "tools-a"}] * 500
+    val.append({"image_name": "good:openai", "tools": "tools-a"})
+    pq.write_table(pa.Table.from_pylist(val), work / "val.parquet")
+    return train + val
+
+
+def needed_lines(path: Path) -> list[str]:
+    text = path.read_text(encoding="utf-8")
+    assert text == "" or text.endswith("\n")
+    return text.splitlines()
+
+
+def test_needed_images_are_the_kept_rows_images_each_once(work, pin_rows):
+    """Init containers count; an Always image (busybox:latest) is the kubelet's to pull, not the
+    node's to hold; a dropped row's images are not needed; `good:openai` and
+    `docker.io/library/good:openai` are one image, and rows and files sharing one collapse."""
+    assert main(["scan", "train.jsonl", "val.parquet", "--template", "pin.yaml", "--inventory", "nodes.json",
+                 "--out-dir", "out", "--needed-images", "needed.txt", "--report", "report.json"]) == 0
+    assert needed_lines(work / "needed.txt") == PIN_NEEDED
+    assert [f["kept"] for f in json.loads((work / "report.json").read_text())["files"]] == [3, 501]
+
+
+def test_needed_images_of_rows_judged_one_by_one(work):
+    """A list column is read row by row, not column-wise: the same images come out."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = [{"images": ["good:openai", "x"]}, {"images": ["lost:openai"]}, {"images": ["good:openai"]}, {"images": []}]
+    pq.write_table(pa.Table.from_pylist(rows, schema=pa.schema([("images", pa.list_(pa.string()))])),
+                   work / "t.parquet")
+    assert main(["scan", "t.parquet", "--image", "{{ input.images[0] }}", "--inventory", "nodes.json",
+                 "--needed-images", "needed.txt"]) == 0
+    assert needed_lines(work / "needed.txt") == ["docker.io/library/good:openai"]
+
+
+def test_the_api_returns_the_lines_the_file_holds(work, pin_rows):
+    import image_preflight
+
+    assert main(["scan", "train.jsonl", "val.parquet", "--template", "pin.yaml", "--inventory", "nodes.json",
+                 "--needed-images", "needed.txt"]) == 0
+    inventory = image_preflight.load_inventory(work / "nodes.json")
+    needed = image_preflight.needed_images(pin_rows, template=PIN_TEMPLATE, inventory=inventory)
+    assert needed == needed_lines(work / "needed.txt") == PIN_NEEDED
+    kept, _ = image_preflight.filter_rows(pin_rows, template=PIN_TEMPLATE, inventory=inventory)
+    assert image_preflight.needed_images(kept, template=PIN_TEMPLATE, inventory=inventory) == PIN_NEEDED
+    assert image_preflight.needed_images(iter(pin_rows[1:2]), template=PIN_TEMPLATE, inventory=inventory) == []
+
+
+def test_rows_kept_unknown_need_their_images(work):
+    filler = [f"filler-{i}:v1" for i in range(49)]
+    write_nodes(work / "big.json", node("big", ["good:openai", *filler]))  # 50 images: the kubelet's cap
+    write_jsonl(work / "train.jsonl", rows_of("good", "absent", "lost"))
+    args = ["scan", "train.jsonl", "--image", IMAGE, "--inventory", "big.json", "--needed-images", "needed.txt"]
+    assert main(args) == 0
+    assert needed_lines(work / "needed.txt") == ["docker.io/library/good:openai"]
+    assert main([*args, "--keep-unknown"]) == 0
+    expected = ["docker.io/library/absent:openai", "docker.io/library/good:openai", "docker.io/library/lost:openai"]
+    assert needed_lines(work / "needed.txt") == expected
+
+    from image_preflight import load_inventory, needed_images
+
+    rows = rows_of("good", "absent", "lost")
+    inventory = load_inventory(work / "big.json")
+    assert needed_images(rows, image=IMAGE, inventory=inventory, keep_unknown=True) == expected
+    assert needed_images(rows, image=IMAGE, inventory=inventory) == ["docker.io/library/good:openai"]
+
+
+def test_needed_images_replace_the_file_in_one_step_and_only_when_the_scan_succeeds(work, capsys):
+    write_jsonl(work / "train.jsonl", rows_of("good", "lost"))
+    (work / "broken.jsonl").write_text('{"image_name": "other"}\n{"image_name": \n')
+    (work / "needed.txt").write_text("stale:1\n" * 100)
+    args = ["--image", IMAGE, "--inventory", "nodes.json", "--needed-images", "needed.txt"]
+
+    assert main(["scan", "train.jsonl", "broken.jsonl", *args]) == 2
+    assert "broken.jsonl:2" in one_line_error(capsys)
+    assert (work / "needed.txt").read_text() == "stale:1\n" * 100  # untouched, no temp file beside it
+    assert sorted(p.name for p in work.iterdir()) == ["broken.jsonl", "job.yaml", "needed.txt", "nodes.json",
+                                                      "train.jsonl"]
+
+    inode = (work / "needed.txt").stat().st_ino
+    assert main(["scan", "train.jsonl", *args]) == 0
+    assert (work / "needed.txt").read_text() == "docker.io/library/good:openai\n"
+    assert (work / "needed.txt").stat().st_ino != inode  # a new file moved into place, not rewritten
+    assert sorted(p.name for p in work.iterdir()) == ["broken.jsonl", "job.yaml", "needed.txt", "nodes.json",
+                                                      "train.jsonl"]
+
+
+@pytest.mark.parametrize(("other", "target"), [(["--missing-images", "same.txt"], "same.txt"),
+                                               (["--missing-images", "same.txt"], "./same.txt"),
+                                               (["--report", "same.txt"], "same.txt"),
+                                               (["--out-dir", "out"], "out/train.jsonl")])
+def test_needed_images_over_another_output_is_refused(work, capsys, other, target):
+    write_jsonl(work / "train.jsonl", rows_of("good", "lost"))
+    (work / "out").mkdir()
+    before = snapshot(work)
+    assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "nodes.json", *other,
+                 "--needed-images", target]) == 2
+    err = one_line_error(capsys)
+    assert "--needed-images" in err and other[0] in err
+    assert snapshot(work) == before and sorted(p.name for p in work.iterdir()) == ["job.yaml", "nodes.json", "out",
+                                                                                 "train.jsonl"]
 
 
 def test_image_shortcut_drops_like_the_template(work):

@@ -9,11 +9,13 @@ import ssl
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
+from image_preflight.core.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
 from image_preflight.doctor.findings import WEBHOOK_NAME, WebhookTarget
-from image_preflight.kube.cluster_inventory import NotServed, list_all
+from image_preflight.kube.cluster_inventory import KubeletUnread, NotServed, kubelet_reads, list_all
 from image_preflight.kube.watch import describe_error
 
 _TIMEOUT = (5.0, 30.0)
+_SUMMARY_TIMEOUT = (3.0, 15.0)  # the kubelet answers from cached stats; a silent one must not hold the doctor
 # An image reference no webhook decision can allow (a repository must be lower case).
 PROBE_IMAGE = "image-preflight-doctor/Probe:invalid"
 
@@ -126,3 +128,30 @@ def probe(api: kubernetes.client.ApiClient, namespace: str) -> tuple[str, str]:
         return "error", f"creating a dry-run Job: {describe_error(exc)}"
     warning = (headers or {}).get("Warning", "")
     return ("warned", warning) if "image-preflight" in warning else ("admitted", "")
+
+
+def needed_list(api: kubernetes.client.ApiClient) -> dict | None:
+    """The needed-images ConfigMap's `data`; None when it does not exist."""
+    try:
+        response = kubernetes.client.CoreV1Api(api).read_namespaced_config_map(
+            NEEDED_NAME, NEEDED_NAMESPACE, _preload_content=False, _request_timeout=_TIMEOUT)
+        try:
+            body = json.loads(response.data)
+        finally:
+            response.release_conn()
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        why = (f"HTTP 403; reading it needs get on configmaps in namespace {NEEDED_NAMESPACE}" if exc.status == 403
+               else describe_error(exc))
+        raise Unreadable(f"configmap {NEEDED_CONFIGMAP}: {why}") from None
+    except Exception as exc:  # noqa: BLE001 - connection errors come in many types
+        raise Unreadable(f"configmap {NEEDED_CONFIGMAP}: {describe_error(exc)}") from None
+    return (body.get("data") or {}) if isinstance(body, dict) else {}
+
+
+def kubelet_summaries(api: kubernetes.client.ApiClient, names: list[str]) -> dict[str, dict | KubeletUnread]:
+    """Each kubelet's stats/summary, cut to node.runtime (imageFs): the rest, per pod, is large."""
+    return {name: {"node": {"runtime": (summary.get("node") or {}).get("runtime")}}
+            if isinstance(summary, dict) else summary
+            for name, summary in kubelet_reads(api, names, "stats/summary", _SUMMARY_TIMEOUT).items()}

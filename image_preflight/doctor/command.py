@@ -11,11 +11,18 @@ import time
 
 from image_preflight.cli import add_cluster_arguments
 from image_preflight.core.inventory import DEFAULT_MAX_IMAGES
-from image_preflight.doctor import cluster, findings
+from image_preflight.doctor import cluster, findings, gc
 from image_preflight.doctor.findings import PROBLEM, SKIPPED, Finding
 from image_preflight.errors import UsageError
 from image_preflight.kube.client import api_client  # the kube extra: the CLI names it when absent
-from image_preflight.kube.cluster_inventory import NotServed, kubelet_caps, list_node_images, list_nodes, node_names
+from image_preflight.kube.cluster_inventory import (
+    NotServed,
+    kubelet_caps,
+    kubelet_configs,
+    list_node_images,
+    list_nodes,
+    node_names,
+)
 
 DEFAULT_ROLLOUT_NAMESPACE = "default"  # agent-lightning's examples/swe_smith/run.sh: AGL_NAMESPACE
 
@@ -23,10 +30,11 @@ DEFAULT_ROLLOUT_NAMESPACE = "default"  # agent-lightning's examples/swe_smith/ru
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "doctor",
-        help="check the cluster end to end: webhook, certificate, namespaces, node lists",
+        help="check the cluster end to end: webhook, certificate, namespaces, node lists, image GC",
         description="Check that the webhook is configured, reachable and trusted, which namespaces it "
-        "checks, how much each node's image list proves, and where rollout pods may land. One line per "
-        "finding with the command that fixes it; exit 0 healthy, 1 with problems, 2 cannot check.",
+        "checks, how much each node's image list proves, where rollout pods may land, and where the kubelet's "
+        "image GC may delete a needed image. One line per finding with the command that fixes it; exit 0 "
+        "healthy, 1 with problems, 2 cannot check.",
     )
     add_cluster_arguments(parser)
     parser.add_argument("--namespace", metavar="NS", default=os.environ.get("AGL_NAMESPACE") or DEFAULT_ROLLOUT_NAMESPACE,
@@ -89,11 +97,27 @@ def check(api, *, rollouts: str, webhook_address: str | None, max_images: int | 
         found.append(Finding(SKIPPED, f"the node agent's lists ({exc})"))
         published = []
     notes: list[str] = []
-    caps = kubelet_caps(api, node_names(nodes), notes.append)
+    configs = kubelet_configs(api, node_names(nodes))  # once, for the caps and the image GC
+    caps = kubelet_caps(api, node_names(nodes), notes.append, configs=configs)
     found += [Finding(SKIPPED, note) for note in notes]
     found += findings.node_lists(nodes, published, caps, max_images, now)
     found += findings.landing(nodes, node_selector)
+    found += _image_gc(api, nodes, published, configs, node_selector)
     return found
+
+
+def _image_gc(api, nodes: list[dict], published: list[dict], configs: dict, node_selector: dict[str, str]
+              ) -> list[Finding]:
+    """The needed list, then per node what the kubelet's image GC may take."""
+    try:
+        found, needed = gc.needed_list(cluster.needed_list(api))
+    except cluster.Unreadable as exc:
+        found, needed = [Finding(SKIPPED, f"the needed list ({exc})")], None
+    reported = gc.by_node(published)
+    names = gc.gc_nodes(nodes, reported, findings.eligible_nodes(nodes, node_selector))
+    # Without configz the threshold is not known: the disk use alone would say nothing.
+    summaries = cluster.kubelet_summaries(api, [n for n in names if isinstance(configs.get(n), dict)])
+    return found + gc.image_gc(names, configs, summaries, reported, needed)
 
 
 def _pair(text: str) -> tuple[str, str]:

@@ -305,22 +305,28 @@ def _node_list(node: Mapping, name: str, agent, cap: int | None, max_images: int
 def landing(nodes: Sequence[Mapping], node_selector: Mapping[str, str]) -> list[Finding]:
     """Where a rollout pod may land. agent-lightning's template has no nodeSelector and no
     tolerations, so every untainted, schedulable node takes rollouts, GPU nodes too."""
-    placement = as_admitted(PodPlacement(node_selector=dict(node_selector)))
-    eligible, found = [], []
-    for node in nodes:
-        traits = NodeTraits.from_node(node)
-        if unschedulable_reason(placement, traits) is not None:
-            continue
-        eligible.append(traits.name)
-        if _is_gpu(node):
-            found.append(Finding(PROBLEM, f"rollout pods may land on GPU node {traits.name}: no taint keeps them off, "
-                                 "and it does not build the rollout images",
-                                 f"kubectl taint node {traits.name} {GPU_RESOURCE}=present:NoSchedule"))
+    eligible = eligible_nodes(nodes, node_selector)
+    chosen = set(eligible)
+    found = [Finding(PROBLEM, f"rollout pods may land on GPU node {name}: no taint keeps them off, "
+                     "and it does not build the rollout images",
+                     f"kubectl taint node {name} {GPU_RESOURCE}=present:NoSchedule")
+             for node, name in zip(nodes, _names(nodes)) if name in chosen and _is_gpu(node)]
     if not eligible:
         return [Finding(PROBLEM, "no node can take a rollout pod (every node is tainted, cordoned or unselected)",
                         "kubectl get nodes -o custom-columns=NAME:.metadata.name,TAINTS:.spec.taints")]
     shown = ", ".join(eligible[:10]) + (f" and {len(eligible) - 10} more" if len(eligible) > 10 else "")
     return [Finding(OK, f"rollout pods may land on {len(eligible)} node(s): {shown}"), *found]
+
+
+def eligible_nodes(nodes: Sequence[Mapping], node_selector: Mapping[str, str]) -> list[str]:
+    """The names of the nodes a rollout pod may land on, in the nodes' order."""
+    placement = as_admitted(PodPlacement(node_selector=dict(node_selector)))
+    return [traits.name for traits in map(NodeTraits.from_node, nodes)
+            if unschedulable_reason(placement, traits) is None]
+
+
+def _names(nodes: Sequence[Mapping]) -> list[str]:
+    return [(node.get("metadata") or {}).get("name", "") for node in nodes]
 
 
 def _is_gpu(node: Mapping) -> bool:

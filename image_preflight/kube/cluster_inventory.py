@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
@@ -80,38 +81,72 @@ def snapshot(nodes: list[dict], published: list[dict], *, now: float, note: Note
     return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
 
 
-def kubelet_caps(api: kubernetes.client.ApiClient, names: list[str], note: Note) -> dict[str, int]:
-    """Each kubelet's nodeStatusMaxImages from /api/v1/nodes/NAME/proxy/configz, for the nodes
-    whose configz the caller may read (nodes/proxy); the others are left to --max-images."""
+class KubeletUnread(NamedTuple):
+    """A kubelet endpoint the apiserver's node proxy did not answer with a JSON object: the HTTP
+    status (None: no answer, or not JSON) and one line of why."""
+
+    status: int | None
+    why: str
+
+
+def kubelet_reads(api: kubernetes.client.ApiClient, names: list[str], path: str,
+                  timeout: tuple[float, float] = _CONFIGZ_TIMEOUT) -> dict[str, dict | KubeletUnread]:
+    """GET /api/v1/nodes/NAME/proxy/PATH of each node, in parallel, as a JSON object or why not."""
     core = kubernetes.client.CoreV1Api(api)
 
-    def read(name: str) -> tuple[str, int | None, str | None]:
+    def read(name: str) -> dict | KubeletUnread:
         try:
-            response = core.connect_get_node_proxy_with_path(name, "configz", _preload_content=False,
-                                                              _request_timeout=_CONFIGZ_TIMEOUT)
+            response = core.connect_get_node_proxy_with_path(name, path, _preload_content=False,
+                                                              _request_timeout=timeout)
             try:
-                config = json.loads(response.data)["kubeletconfig"]
+                body = json.loads(response.data)
             finally:
                 response.release_conn()
         except ApiException as exc:
-            return name, None, "forbidden" if exc.status == 403 else describe_error(exc)
+            return KubeletUnread(exc.status, describe_error(exc))
         except Exception as exc:  # noqa: BLE001 - a bad answer or connection, as many types
-            return name, None, describe_error(exc)
-        cap = config.get("nodeStatusMaxImages", 50) if isinstance(config, dict) else None
-        if not isinstance(cap, int) or isinstance(cap, bool):
-            return name, None, "configz holds no nodeStatusMaxImages"
-        return name, cap, None
+            return KubeletUnread(None, describe_error(exc))
+        return body if isinstance(body, dict) else KubeletUnread(None, f"{path} is not a JSON object")
 
+    wanted = [n for n in names if n]
     with ThreadPoolExecutor(_CONFIGZ_WORKERS) as pool:
-        results = list(pool.map(read, [n for n in names if n]))
-    failed = [(name, why) for name, _, why in results if why]
+        return dict(zip(wanted, pool.map(read, wanted)))
+
+
+def kubelet_configs(api: kubernetes.client.ApiClient, names: list[str]) -> dict[str, dict | KubeletUnread]:
+    """Each kubelet's configuration (configz `kubeletconfig`), read once for every use."""
+    configs = {}
+    for name, body in kubelet_reads(api, names, "configz").items():
+        config = body.get("kubeletconfig") if isinstance(body, dict) else body
+        configs[name] = config if isinstance(config, (dict, KubeletUnread)) else KubeletUnread(
+            None, "configz holds no kubeletconfig")
+    return configs
+
+
+def kubelet_caps(api: kubernetes.client.ApiClient, names: list[str], note: Note,
+                 configs: dict[str, dict | KubeletUnread] | None = None) -> dict[str, int]:
+    """Each kubelet's nodeStatusMaxImages from /api/v1/nodes/NAME/proxy/configz, for the nodes
+    whose configz the caller may read (nodes/proxy); the others are left to --max-images.
+    `configs`: what kubelet_configs read, so that configz is read once."""
+    if configs is None:
+        configs = kubelet_configs(api, names)
+    caps, failed = {}, []
+    for name, config in configs.items():
+        if isinstance(config, KubeletUnread):
+            failed.append((name, "forbidden" if config.status == 403 else config.why))
+            continue
+        cap = config.get("nodeStatusMaxImages", 50)
+        if not isinstance(cap, int) or isinstance(cap, bool):
+            failed.append((name, "configz holds no nodeStatusMaxImages"))
+        else:
+            caps[name] = cap
     if any(why == "forbidden" for _, why in failed):
         note("cannot read the kubelets' configz (nodes/proxy is forbidden): caps from --max-images")
     elif failed:
         name, why = failed[0]
         more = f" and {len(failed) - 1} more" if len(failed) > 1 else ""
         note(f"kubelet configz unreadable on {name}{more} ({why}): caps from --max-images")
-    return {name: cap for name, cap, _ in results if cap is not None}
+    return caps
 
 
 def _with_cap(item: dict, caps: dict[str, int]) -> dict:

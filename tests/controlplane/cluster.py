@@ -478,13 +478,15 @@ def control_plane(tmp_path_factory) -> Iterator[ControlPlane]:
 def apply_service_accounts(plane: ControlPlane) -> None:
     """deploy/'s ServiceAccounts with their roles: the webhook's image-preflight/image-preflight
     (deploy/base) and the node agent's image-preflight-agent/image-preflight-agent (deploy/agent,
-    with the NodeImages CRD). Applied as `kubectl apply -k` applies them, so that a later apply of
+    with the NodeImages CRD, and its pinning component's Role). Applied as `kubectl apply -k` applies them, so that a later apply of
     an overlay agrees with them."""
     base = plane.kubectl("kustomize", str(DEPLOY / "base")).stdout
     accounts = [d for d in yaml.safe_load_all(base)
                 if d and d["kind"] in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
     plane.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(accounts))
     plane.kubectl("apply", "--server-side", "-k", str(DEPLOY / "agent"))
+    # The pinning component's read of the needed list (its DaemonSet flag matters to no test here).
+    plane.kubectl("apply", "--server-side", "-f", str(DEPLOY / "agent" / "components" / "pin-needed-images" / "rbac.yaml"))
     plane.kubectl("wait", "--for=condition=Established", NODEIMAGES_CRD)
 
 

@@ -61,9 +61,15 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 KUBEPODS = "kubepods"
 RUN_CONTAINERD = Path("/run/containerd")  # the shims' sockets live under s/ whatever the config says
 AGL_LOGS = Path("/agl-logs")  # the hostPath agent-lightning's SWE-smith template mounts
-DEBIAN_TOOLS = {"runc": "runc", "nsenter": "util-linux", "ip": "iproute2", "iptables-restore": "iptables"}
+DEBIAN_TOOLS = {"runc": "runc", "nsenter": "util-linux", "ip": "iproute2", "iptables-restore": "iptables",
+                "mkfs.ext4": "e2fsprogs", "losetup": "mount"}
 CNI_BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 READY_DEADLINE_S = 90.0
+# containerd's root lives on a filesystem of the node's own, so that the kubelet's image GC and
+# doctor judge a disk the tests control (tests/test_real_node_gc.py fills it). Sparse: the host
+# disk holds only what is written. The built image-preflight image (about 0.8 GB unpacked, with
+# its layers) and the other tests' images stay well under the default 85 %.
+IMAGEFS_BYTES = 4 * 2**30
 
 _CONTAINERD_CONFIG = """\
 version = 3
@@ -211,12 +217,15 @@ class RealNode:
         self._sysctls = _read_sysctls()
         self._had = {path: path.exists() for path in (CONTAINER_LOG_LINKS, RUN_CONTAINERD, AGL_LOGS)}
         self.registry_port = 0
+        self.imagefs = self.dir / "imagefs"  # the mount point; containerd's root is in it
+        self._imagefs_file = self.dir / "imagefs.ext4"
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
     def start(self) -> None:
         self.network = netns.create_node_network()
         self._start_registry()
+        self._make_imagefs()
         self._start_containerd()
         self.import_images([PAUSE_NAME], pause=True)
         self._start_kubelet()
@@ -261,6 +270,7 @@ class RealNode:
         found = [f"process left: {p}" for p in _processes_mentioning(str(self.dir))]
         found += [f"mount left: {m}" for m in mounts_under([str(self.dir)])]
         found += [f"cgroup left: {t}" for t in _cgroup_trees(KUBEPODS)]
+        found += [f"loop device left: {line}" for line in _loop_devices(self._imagefs_file)]
         if self.network is not None and Path(self.network.path).exists():
             found.append(f"network namespace left: {self.network.name}")
         if netns.host_addresses_in_use():
@@ -283,6 +293,32 @@ class RealNode:
         wait_for(port_file.exists, "the stub registry listens", timeout_s=20)
         self.registry_port = int(port_file.read_text())
 
+    def _make_imagefs(self) -> None:
+        self.imagefs.mkdir()
+        with open(self._imagefs_file, "wb") as image:
+            image.truncate(IMAGEFS_BYTES)
+        # No blocks reserved for root: the kubelet counts used as capacity minus available.
+        subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", str(self._imagefs_file)], check=True, capture_output=True)
+        subprocess.run(["mount", "-o", "loop", str(self._imagefs_file), str(self.imagefs)], check=True,
+                       capture_output=True)
+
+    def imagefs_use(self) -> int:
+        """The image filesystem's use in percent as the kubelet's image GC computes it
+        (pkg/kubelet/images/image_gc_manager.go, GarbageCollect: 100 - available*100/capacity)."""
+        stats = os.statvfs(self.imagefs)
+        capacity, available = stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize
+        return 100 - available * 100 // capacity
+
+    def fill_imagefs(self, percent: int) -> Path:
+        """A file taking the image filesystem to `percent` used, as other images and logs would."""
+        stats = os.statvfs(self.imagefs)
+        capacity, available = stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize
+        filler = self.imagefs / "filler"
+        size = capacity * percent // 100 - (capacity - available) + (filler.stat().st_size if filler.exists() else 0)
+        filler.unlink(missing_ok=True)
+        subprocess.run(["fallocate", "-l", str(max(size, 0)), str(filler)], check=True, capture_output=True)
+        return filler
+
     def _start_containerd(self) -> None:
         assert self.network is not None
         hosts = self.dir / "certs.d"
@@ -300,7 +336,7 @@ class RealNode:
                 {"type": "portmap", "capabilities": {"portMappings": True}}]}))
         config = self.dir / "containerd.toml"
         config.write_text(_CONTAINERD_CONFIG.format(
-            root=self.dir / "root", state=self.dir / "state", socket=self.socket, pause=PAUSE_NAME,
+            root=self.imagefs / "containerd", state=self.dir / "state", socket=self.socket, pause=PAUSE_NAME,
             hosts=hosts, cni_bin=CNI_BIN, cni_conf=cni_conf, runc=shutil.which("runc")))
         env_path = f"{self.containerd_bin.parent}:{os.environ.get('PATH', '')}"
         self.containerd = Process("containerd", self.network.enter(
@@ -536,6 +572,9 @@ class RealNode:
     def _unmount(self) -> None:
         for point in sorted(mounts_under([str(self.dir)]), key=len, reverse=True):
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
+        # The loop device goes once its filesystem is released (mount -o loop sets autoclear).
+        wait_for(lambda: not _loop_devices(self._imagefs_file), "the image filesystem's loop device is released",
+                 timeout_s=15, interval_s=0.2)
 
     def _restore_sysctls(self) -> None:
         for name, value in self._sysctls.items():
@@ -572,6 +611,11 @@ def outside_requests(log: str, stub: str) -> list[str]:
         if asked or (_NETWORK_ERROR.search(line) and stub not in line):
             found.append(line)
     return found
+
+
+def _loop_devices(backing: Path) -> list[str]:
+    done = subprocess.run(["losetup", "-j", str(backing)], capture_output=True, text=True, check=False)
+    return done.stdout.splitlines()
 
 
 def _teardown(node: RealNode) -> None:
