@@ -23,17 +23,18 @@ from kubernetes.client.rest import ApiException
 
 from image_preflight.agent.containerd_images import ImageRecords
 from image_preflight.agent.cri import ImageClient
+from image_preflight.agent.inventory import image_dicts
 from image_preflight.agent.pinner import Pinner
 from image_preflight.agent.publisher import Agent, Publisher
 from image_preflight.cli import main
 from image_preflight.doctor.command import check
 from image_preflight.core.pinning import (
-    MARK_LABEL, MARK_VALUE, NEEDED_NAME, NEEDED_NAMESPACE, PINNED_LABEL, PINNED_VALUE, NeededImages,
+    MARK_LABEL, MARK_VALUE, NEEDED_NAME, NEEDED_NAMESPACE, PINNED_LABEL, PINNED_VALUE, NeededImages, PinPlan,
     needed_text, needed_unpinned, parse_needed, pin_plan, pinning_refusal, pinning_report,
 )
 from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION
 from image_preflight.kube.needed_images import needed_images_watcher
-from tests.containerd import Containerd, build_oci_archive_many, containerd2_binary, import_image
+from tests.containerd import SANDBOX_IMAGE, Containerd, build_oci_archive_many, containerd2_binary, import_image
 
 DEADLINE_S = 15.0
 ALPHA = "docker.io/library/alpha:v1"
@@ -201,6 +202,19 @@ def test_a_pin_without_our_mark_is_never_removed(containerd2, tmp_path):
         assert records.marked() == {}
         assert records.unpin(ALPHA) is False
     assert labels_of(containerd2, ALPHA)[PINNED_LABEL] == PINNED_VALUE
+
+
+def test_containerd_pins_its_sandbox_image_itself_and_the_plan_leaves_that_pin_alone(containerd2, tmp_path):
+    """containerd 2.x labels the image its config names as the sandbox, imported too
+    (internal/cri/server/images/image_pull.go: UpdateImage with getLabels, on the image event)."""
+    import_images(containerd2, tmp_path, [SANDBOX_IMAGE, ALPHA])
+    wait_until(lambda: pinned_names(containerd2) == {SANDBOX_IMAGE}, "CRI reports the sandbox image pinned")
+    with ImageClient(containerd2.endpoint) as cri, ImageRecords(containerd2.endpoint) as records:
+        listed = image_dicts(cri.list_images())
+        plan = pin_plan(needed(SANDBOX_IMAGE, ALPHA), listed, records.marked())
+        assert (plan.pin, plan.unpin) == ((ALPHA,), ())
+        assert pin_plan(needed(), listed, records.marked()) == PinPlan((), ())
+    assert MARK_LABEL not in labels_of(containerd2, SANDBOX_IMAGE)
 
 
 # -- the agent with a real apiserver ----------------------------------------------------------

@@ -254,10 +254,11 @@ PINNED_LABEL = "io.cri-containerd.pinned=pinned"
 
 def sandbox_image(node: str, image: str) -> Finding:
     """A node whose runtime lacks its sandbox image, as its node agent reports (spec.sandboxImage).
-    containerd sets the pinned label only on an image it pulls through CRI under the name its
-    configuration gives the sandbox (2.x `pinned_images.sandbox`, 1.6.22 and later `sandbox_image`:
-    internal/cri/server/images/image_pull.go, getLabels), never on `ctr images import`, and 1.6
-    before .22 never pins it: unpinned, the kubelet's image GC may delete it again."""
+    containerd labels pinned the image named as its sandbox (2.x `pinned_images.sandbox`, 1.x
+    `sandbox_image`: internal/cri/server/images/image_pull.go, getLabels) when it pulls it, and
+    when it is imported under that name only since 2.0, 1.7.14 and 1.6.29 (UpdateImage); 1.6
+    before .22 never pins it. The label in the fix makes the import safe from the kubelet's image
+    GC on every runtime that can pin."""
     ref = reference_of(image)
     return Finding(PROBLEM, f"node {node}: its container runtime lacks its sandbox image {image!r}: no pod can "
                    "start there (each waits in ContainerCreating, Event FailedCreatePodSandBox)",
