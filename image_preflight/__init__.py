@@ -48,7 +48,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from image_preflight.api import decide, filter_rows, load_inventory
+    from image_preflight.api import decide, filter_rows, load_inventory, needed_images
     from image_preflight.core.decision import Decision, ImageVerdict
     from image_preflight.core.inventory import Inventory, NodeImages
     from image_preflight.errors import InputError

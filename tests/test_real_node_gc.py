@@ -59,11 +59,24 @@ def scan_needed(stack, folder: Path, images: list[str]) -> Path:
     return needed
 
 
+# docs/agent.md's and docs/agent-lightning.md's command: the list created or replaced in one
+# server-side apply (test_the_docs_apply_the_list_as_this_module_does keeps them equal).
+CREATE_LIST = ("kubectl -n image-preflight-agent create configmap needed-images --from-file=needed.txt"
+               " --dry-run=client -o yaml")
+APPLY_LIST = "kubectl apply --server-side -f -"
+
+
 def apply_needed(stack, needed: Path) -> None:
-    """docs/agent.md's command: the list created or replaced in one server-side apply."""
-    rendered = stack.plane.kubectl("-n", NEEDED_NAMESPACE, "create", "configmap", NEEDED_NAME,
-                                   f"--from-file={needed}", "--dry-run=client", "-o", "yaml").stdout
-    stack.plane.kubectl("apply", "--server-side", "-f", "-", input=rendered)
+    create = [word.replace("=needed.txt", f"={needed}") for word in CREATE_LIST.split()[1:]]
+    rendered = stack.plane.kubectl(*create).stdout
+    stack.plane.kubectl(*APPLY_LIST.split()[1:], input=rendered)
+
+
+def test_the_docs_apply_the_list_as_this_module_does():
+    for doc in ("agent.md", "agent-lightning.md"):
+        text = (Path(__file__).resolve().parents[1] / "docs" / doc).read_text(encoding="utf-8")
+        assert f"{CREATE_LIST} | {APPLY_LIST}" in " ".join(text.replace("\\\n", " ").split()), doc
+        assert "--needed-images needed.txt" in text, doc
 
 
 def pinned(stack) -> set[str]:
@@ -82,8 +95,10 @@ def node_lines(report: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def gc_stack(stack, tmp_path_factory):
-    """The stack with the agent's pinning RBAC."""
+    """The stack with the agent's pinning RBAC, and no NodeImages object an earlier module's agent
+    left: once its lease ended, it would make every image of the node unknown to the scan."""
     plane = stack.plane
+    delete_node_images(stack)
     rbac = Path(__file__).resolve().parents[1] / "deploy" / "agent" / "components" / "pin-needed-images" / "rbac.yaml"
     plane.kubectl("apply", "--server-side", "-f", str(rbac))
     stack.folder_gc = tmp_path_factory.mktemp("gc")
