@@ -75,6 +75,9 @@ disabled_plugins = [{disabled}]
   path = "{opt}"
 [plugins."io.containerd.cri.v1.images".pinned_images]
   sandbox = "{sandbox}"
+# Nothing here pulls; should anything try, every registry host is a closed loopback port.
+[plugins."io.containerd.cri.v1.images".registry]
+  config_path = "{hosts}"
 [plugins."io.containerd.cri.v1.runtime"]
   disable_apparmor = true
   [plugins."io.containerd.cri.v1.runtime".cni]
@@ -133,9 +136,17 @@ class Containerd:
                     cni_bin=os.path.join(self.dir, "cni", "bin"),
                     cni_conf=os.path.join(self.dir, "cni", "conf"),
                     disabled=", ".join(json.dumps(p) for p in disabled),
+                    hosts=self._write_hosts(),
                     sandbox=SANDBOX_IMAGE,
                 )
             )
+
+    def _write_hosts(self) -> str:
+        hosts = os.path.join(self.dir, "certs.d", "_default")
+        os.makedirs(hosts)
+        with open(os.path.join(hosts, "hosts.toml"), "w", encoding="utf-8") as f:
+            f.write('server = "http://127.0.0.1:1"\n\n[host."http://127.0.0.1:1"]\n  capabilities = ["pull", "resolve"]\n')
+        return os.path.dirname(hosts)
 
     def start(self) -> None:
         if self._proc is not None:

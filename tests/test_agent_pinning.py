@@ -350,18 +350,12 @@ def test_a_runtime_that_cannot_pin_is_said_once_and_listing_goes_on(containerd, 
     wait_until(lambda: BETA in {n for i in cluster.spec()["images"] for n in i["repoTags"]}, "beta is listed")
     said = [r for r in caplog.records if "cannot pin" in r.getMessage()]
     assert len(said) == 1 and said[0].levelno == logging.WARNING
-    assert agent.pinner.pinned == 0 and "io.cri-containerd.pinned" not in str(labels_of_ctr16(containerd, ALPHA))
+    assert agent.pinner.pinned == 0 and PINNED_LABEL not in labels_of(containerd, ALPHA)
     # doctor reads it from the object: the node's runtime cannot pin, and the needed image it holds is at risk.
     found = check(cluster.core.api_client, rollouts="default", webhook_address=None, max_images=50, node_selector={},
                   now=time.time())
     line = next(f.line() for f in found if f.text.startswith(f"node {cluster.node}: its container runtime cannot pin"))
     assert line.startswith("problem: ") and pinning["message"] in line and ALPHA in line, line
-
-
-def labels_of_ctr16(runtime: Containerd, name: str) -> str:
-    rows = subprocess.run(["ctr", "-a", runtime.socket, "-n", "k8s.io", "images", "ls"], capture_output=True,
-                          text=True, check=True).stdout
-    return next(row for row in rows.splitlines() if row.startswith(name + " "))
 
 
 def test_the_agent_may_read_the_needed_list_and_no_other_configmap(cluster):

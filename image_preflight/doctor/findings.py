@@ -8,6 +8,7 @@ import binascii
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from image_preflight.core import pinning
 from image_preflight.core.node_status import node_images_from_node
 from image_preflight.core.pull_failures import reference_of
 from image_preflight.core.runtime_inventory import node_images_from_runtime
@@ -247,9 +248,8 @@ def node_lists(nodes: Sequence[Mapping], published: Sequence[Mapping], caps: Map
     return found
 
 
-# The label containerd's CRI plugin reads as "pinned" (internal/cri/labels, PinnedImageLabelKey),
-# which the kubelet's image garbage collection leaves alone (CRI Image.pinned).
-PINNED_LABEL = "io.cri-containerd.pinned=pinned"
+# The label containerd's CRI plugin reads as "pinned", which the kubelet's image GC leaves alone.
+PINNED_LABEL = f"{pinning.PINNED_LABEL}={pinning.PINNED_VALUE}"
 
 
 def sandbox_image(node: str, image: str) -> Finding:
