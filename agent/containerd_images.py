@@ -1,7 +1,7 @@
 """containerd's own images API on the runtime's socket: the pinned label on image records.
 
 CRI has no call that pins an image; containerd's CRI plugin reports an image as pinned when one
-of its records in the CRI namespace carries the label (image_preflight.core.pinning), and its
+of its records in the CRI namespace carries the label (image_preflight.core.image_gc.pinning), and its
 image event handler takes a label change in within a moment (internal/cri/server/images,
 the /images/update event), so ListImages reports it on the next list.
 """
@@ -16,7 +16,7 @@ from google.protobuf import field_mask_pb2
 from image_preflight.agent import containerd_images_pb2 as pb, containerd_images_pb2_grpc
 from image_preflight.agent.cri import _CHANNEL_OPTIONS, CRIError, call, socket_path
 from image_preflight.agent.events import CRI_NAMESPACE
-from image_preflight.core.pinning import MARK_LABEL, MARK_VALUE, PINNED_LABEL, PINNED_VALUE
+from image_preflight.core.image_gc.pinning import MARK_LABEL, MARK_VALUE, PINNED_LABEL, PINNED_VALUE
 
 NAMESPACE_HEADER = "containerd-namespace"  # containerd's namespaces.GRPCHeader
 GET = "containerd.services.images.v1.Images/Get"

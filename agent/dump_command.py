@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from image_preflight.cli import add_cluster_arguments
-from image_preflight.core.runtime_inventory import RUNTIME_KIND
+from image_preflight.core.sources.runtime_lists import RUNTIME_KIND
 from image_preflight.files.atomic import write_atomic
 from image_preflight.kube.client import api_client  # needs the kube extra: the CLI names it when absent
 from image_preflight.kube.cluster_inventory import read_cluster

@@ -7,9 +7,9 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 
 from image_preflight.agent.cri import RuntimeImage
-from image_preflight.core.images import InvalidReference
-from image_preflight.core.inventory import image_key
-from image_preflight.core.runtime_inventory import parse_time, runtime_object
+from image_preflight.core.decide.references import InvalidReference
+from image_preflight.core.decide.inventory import image_key
+from image_preflight.core.sources.runtime_lists import parse_time, runtime_object
 
 # Publish again once less than this share of the lease remains: a missed cycle or a slow
 # apiserver then still leaves time to renew before readers see the list as stale.
@@ -82,7 +82,7 @@ def node_images_object(
 ) -> dict:
     """The NodeImages object; `spec.imageCount` is for `kubectl get` only (readers count `images`).
     `sandbox_image` (sandbox_image_report) becomes `spec.sandboxImage`, `pinning`
-    (core.pinning.pinning_report) `spec.pinning`; None leaves either out."""
+    (core.image_gc.pinning.pinning_report) `spec.pinning`; None leaves either out."""
     obj = runtime_object(node, images, observed_at=observed_at, lease_seconds=lease_seconds,
                          sandbox_image=sandbox_image)
     obj["spec"]["imageCount"] = len(images)

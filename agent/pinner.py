@@ -1,7 +1,7 @@
 """Pin the needed images this node holds, each cycle of the agent (the pinning's I/O shell).
 
 The needed list arrives from a watch of its ConfigMap (image_preflight.kube.needed_images) in a
-thread of its own; `apply` runs in the agent's loop. What to change is image_preflight.core.pinning's.
+thread of its own; `apply` runs in the agent's loop. What to change is image_preflight.core.image_gc.pinning's.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from image_preflight.agent.containerd_images import ImageRecords
 from image_preflight.agent.cri import CRIError, RuntimeVersion
 from image_preflight.agent.inventory import fingerprint
-from image_preflight.core.pinning import NeededImages, parse_needed, pin_plan, pinning_refusal, pinning_report
+from image_preflight.core.image_gc.pinning import NeededImages, parse_needed, pin_plan, pinning_refusal, pinning_report
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from image_preflight.agent.events import ImageEvents
 from image_preflight.agent.inventory import image_dicts, node_images_object, publish_reason, sandbox_image_report
 from image_preflight.agent.pinner import Pinner
 from image_preflight.kube.watch import describe_error
-from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION
+from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class Publisher:
                 pinning: Mapping | None = None) -> str | None:
         """Write the object if due; returns why it was written (see agent.inventory), or None.
         `sandbox_image` is `spec.sandboxImage` (agent.inventory.sandbox_image_report), `pinning`
-        `spec.pinning` (core.pinning.pinning_report), None for none."""
+        `spec.pinning` (core.image_gc.pinning.pinning_report), None for none."""
         extra = {"sandboxImage": sandbox_image, "pinning": pinning}
         extra = {field: None if field in self.pruned else value for field, value in extra.items()}
         for _ in range(_MAX_ATTEMPTS):

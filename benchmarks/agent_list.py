@@ -34,7 +34,7 @@ from image_preflight.agent.inventory import fingerprint, image_dicts, node_image
 from image_preflight.agent.publisher import Publisher  # noqa: E402
 from tests.containerd import Containerd, build_oci_archive_many, import_image, require_containerd  # noqa: E402
 from tests.fake_apiserver import FakeApiServer, make_api_client  # noqa: E402
-from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION, node_images_from_runtime  # noqa: E402
+from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, node_images_from_runtime  # noqa: E402
 
 NODE = "cpu-bench-1"
 LEASE = 300

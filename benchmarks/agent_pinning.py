@@ -27,8 +27,8 @@ from image_preflight.agent.containerd_images import ImageRecords  # noqa: E402
 from image_preflight.agent.cri import ImageClient  # noqa: E402
 from image_preflight.agent.pinner import Pinner  # noqa: E402
 from image_preflight.agent.publisher import Agent, Publisher  # noqa: E402
-from image_preflight.core.pinning import NEEDED_CONFIGMAP  # noqa: E402
-from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION  # noqa: E402
+from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP  # noqa: E402
+from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION  # noqa: E402
 from tests.containerd import Containerd, build_oci_archive_many, containerd2_binary, import_image  # noqa: E402
 from tests.fake_apiserver import FakeApiServer, make_api_client  # noqa: E402
 

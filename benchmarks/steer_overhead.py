@@ -5,7 +5,7 @@
 The Pod of benchmarks/webhook_load.py's rollout Job (40 env vars, 5 KB), against three untainted
 nodes of which one holds its image: the case steering exists for. Figures:
 - the decision: core.admission.admit of the steered Pod (what /validate decides) against
-  core.mutation.steer of the Pod as created (decision, plan, JSONPatch and its base64);
+  core.admission.mutation.steer of the Pod as created (decision, plan, JSONPatch and its base64);
 - the endpoints: POST /validate against POST /mutate, each a whole ASGI call under uvloop
   (parse, answer, decision line and metrics included).
 Each round times both the same number of times, alternating; the medians over rounds are printed.
@@ -31,9 +31,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.webhook_breakdown import endpoint_seconds  # noqa: E402
 from benchmarks.webhook_load import yaml_free_job  # noqa: E402
-from image_preflight.core.admission import Settings, admit, parse_review  # noqa: E402
-from image_preflight.core.mutation import steer  # noqa: E402
-from image_preflight.core.snapshots import load_document  # noqa: E402
+from image_preflight.core.admission.review import Settings, admit, parse_review  # noqa: E402
+from image_preflight.core.admission.mutation import steer  # noqa: E402
+from image_preflight.core.sources.snapshots import load_document  # noqa: E402
 from image_preflight.webhook.app import WebhookState, create_app  # noqa: E402
 from image_preflight.webhook.metrics import Metrics  # noqa: E402
 
@@ -56,7 +56,7 @@ def _pod_review(spec: dict) -> dict:
 
 def _patched(review: dict, patch: list[dict]) -> dict:
     pod = json.loads(json.dumps(review["request"]["object"]))
-    for operation in patch:  # `add` only (core/steering.py)
+    for operation in patch:  # `add` only (core/admission/steering.py)
         *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in operation["path"].split("/")[1:]]
         target = pod
         for key in parents:

@@ -6,7 +6,7 @@
   naming a distinct image of `--image-mib` MiB; its resident memory is read from /proc before and
   after: target growth <= 64 MiB (the caches are bounded by bytes, not only by entries).
 - the denial text for a Pod with `--images` missing images, built by
-  image_preflight.core.messages.denial_message: target <= 50 ms, against json.dumps of the same
+  image_preflight.core.admission.messages.denial_message: target <= 50 ms, against json.dumps of the same
   verdicts' images in the same run as a yardstick of linear work.
 """
 
@@ -28,9 +28,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.webhook_load import EXAMPLE_NODES, SERVER_NAME, free_port, wait_for_port  # noqa: E402
 from image_preflight.certs.store import CertRequest, ensure_certificates  # noqa: E402
-from image_preflight.core.decision import MISSING, Decision, ImageVerdict  # noqa: E402
-from image_preflight.core.messages import denial_message  # noqa: E402
-from image_preflight.core.workloads import ContainerImage  # noqa: E402
+from image_preflight.core.decide.decision import MISSING, Decision, ImageVerdict  # noqa: E402
+from image_preflight.core.admission.messages import denial_message  # noqa: E402
+from image_preflight.core.decide.workloads import ContainerImage  # noqa: E402
 
 
 def rss_mib(pid: int) -> float:

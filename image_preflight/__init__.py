@@ -38,10 +38,10 @@ _EXPORTS = {
     "decide": "image_preflight.api",
     "filter_rows": "image_preflight.api",
     "needed_images": "image_preflight.api",
-    "Inventory": "image_preflight.core.inventory",
-    "NodeImages": "image_preflight.core.inventory",
-    "Decision": "image_preflight.core.decision",
-    "ImageVerdict": "image_preflight.core.decision",
+    "Inventory": "image_preflight.core.decide.inventory",
+    "NodeImages": "image_preflight.core.decide.inventory",
+    "Decision": "image_preflight.core.decide.decision",
+    "ImageVerdict": "image_preflight.core.decide.decision",
     "RowVerdict": "image_preflight.scanner.judge",
     "InputError": "image_preflight.errors",
 }
@@ -49,8 +49,8 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from image_preflight.api import decide, filter_rows, load_inventory, needed_images
-    from image_preflight.core.decision import Decision, ImageVerdict
-    from image_preflight.core.inventory import Inventory, NodeImages
+    from image_preflight.core.decide.decision import Decision, ImageVerdict
+    from image_preflight.core.decide.inventory import Inventory, NodeImages
     from image_preflight.errors import InputError
     from image_preflight.scanner.judge import RowVerdict
 

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from os import PathLike
 from pathlib import Path
 
-from image_preflight.core.inventory import DEFAULT_MAX_IMAGES, Inventory
+from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES, Inventory
 from image_preflight.errors import InputError
 
 TEMPLATE_KEY = "agentlightning.k8s.job_template_path"
@@ -51,7 +51,7 @@ def cluster_inventory(*, kubeconfig: str | None = None, context: str | None = No
     except ImportError:
         raise InputError("reading the cluster needs the Kubernetes client: pip install 'image-preflight[kube]', "
                          "or pass inventory= (an `image-preflight inventory dump` file)") from None
-    from image_preflight.core.snapshots import SnapshotError, load_document
+    from image_preflight.core.sources.snapshots import SnapshotError, load_document
 
     now = time.time()
     api = api_client(Path(kubeconfig) if kubeconfig else None, context=context)

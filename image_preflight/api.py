@@ -18,9 +18,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Union
 
-from image_preflight.core import decision as core
-from image_preflight.core.inventory import DEFAULT_MAX_IMAGES, Inventory
-from image_preflight.core.workloads import WORKLOAD_KINDS, pod_spec_of
+from image_preflight.core.decide import decision as core
+from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES, Inventory
+from image_preflight.core.decide.workloads import WORKLOAD_KINDS, pod_spec_of
 from image_preflight.files.inventory import load_inventory_file
 
 PathLike = Union[str, os.PathLike]

@@ -14,7 +14,7 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Set
 from dataclasses import replace
 
-from image_preflight.core.inventory import Inventory, NodeImages
+from image_preflight.core.decide.inventory import Inventory, NodeImages
 
 _ids: dict[str, int] = {}
 _names: list[str] = []

@@ -19,9 +19,9 @@ from image_preflight.files.inventory import load_inventory_file
 from image_preflight.scanner.judge import RowJudge, make_template
 from image_preflight.scanner.render import TemplateError
 from image_preflight.scanner.scan import scan
-from image_preflight.core.decision import REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE
-from image_preflight.core.inventory import DEFAULT_MAX_IMAGES
-from image_preflight.core.snapshots import SnapshotError, load_document
+from image_preflight.core.decide.decision import REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE
+from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES
+from image_preflight.core.sources.snapshots import SnapshotError, load_document
 from image_preflight.image_set import compact_inventory
 
 

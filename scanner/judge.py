@@ -8,12 +8,12 @@ from dataclasses import dataclass, replace
 
 from image_preflight.scanner.slots import Shape, shape_of, substitute, survives_yaml
 from image_preflight.scanner.render import MISSING, JobTemplate, RowError, as_sent, image_template, lookup, reach
-from image_preflight.core import decision as core
-from image_preflight.core.inventory import Inventory
-from image_preflight.core.messages import sandbox_clauses
-from image_preflight.core.pinning import needed_text
-from image_preflight.core.scheduling import SchedulingSpecError
-from image_preflight.core.workloads import WorkloadError, pod_spec_of
+from image_preflight.core.decide import decision as core
+from image_preflight.core.decide.inventory import Inventory
+from image_preflight.core.admission.messages import sandbox_clauses
+from image_preflight.core.image_gc.pinning import needed_text
+from image_preflight.core.decide.scheduling import SchedulingSpecError
+from image_preflight.core.decide.workloads import WorkloadError, pod_spec_of
 
 # Why a row is dropped (or kept).
 KEPT = "kept"
@@ -204,7 +204,7 @@ def verdict_of(decision: core.Decision, *, keep_unknown: bool = False) -> RowVer
         return RowVerdict(NO_ELIGIBLE_NODE, detail=reasons)
     if decision.outcome == core.DENY:
         # Only images some node really lacks go to the build list; a node without its sandbox
-        # image is named once, for that (core/decision.py, Decision.image_missing_on).
+        # image is named once, for that (core/decide/decision.py, Decision.image_missing_on).
         missing = [v for v in decision.with_status(core.MISSING) if decision.image_missing_on(v)]
         if missing:
             return RowVerdict(MISSING_IMAGE, _images(missing), _nodes(decision.image_missing_on(v) for v in missing))

@@ -7,8 +7,8 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from image_preflight.core.inventory import Inventory
-from image_preflight.core.pinning import needed_text
+from image_preflight.core.decide.inventory import Inventory
+from image_preflight.core.image_gc.pinning import needed_text
 from image_preflight.scanner.judge import DROP_REASONS, UNKNOWN
 from image_preflight.scanner.scan import ScanResult
 
@@ -132,5 +132,5 @@ def missing_images_text(result: ScanResult) -> str:
 
 
 def needed_images_text(result: ScanResult) -> str:
-    """The images of the kept rows, one a line, as the node agent reads them (core/pinning.py)."""
+    """The images of the kept rows, one a line, as the node agent reads them (core/image_gc/pinning.py)."""
     return needed_text(result.needed_images())

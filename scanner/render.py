@@ -18,7 +18,7 @@ import jinja2
 import yaml
 from jinja2 import nodes
 
-from image_preflight.core.workloads import WorkloadError, pod_spec_of
+from image_preflight.core.decide.workloads import WorkloadError, pod_spec_of
 from image_preflight.scanner.slots import decision_fields, plan_slots
 from jinja2.utils import missing as _NO_PARENT
 

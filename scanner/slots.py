@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import jinja2
 from jinja2 import nodes
 
-from image_preflight.core.workloads import CONTAINER_FIELDS, SCHEDULING_FIELDS, VOLUMES
+from image_preflight.core.decide.workloads import CONTAINER_FIELDS, SCHEDULING_FIELDS, VOLUMES
 
 _MARKER = "image-preflight-slot-{}-5d1f"
 _SLOT_NAMES = frozenset({"input", "job_name"})

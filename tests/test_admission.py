@@ -1,4 +1,4 @@
-"""image_preflight.core.admission: AdmissionReviews shaped as the apiserver sends them, decided without I/O."""
+"""image_preflight.core.admission.review: AdmissionReviews shaped as the apiserver sends them, decided without I/O."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from image_preflight.core import messages
-from image_preflight.core.admission import API_VERSION, AUDIT, ENFORCE, WARN, BadReview, Settings, admit, parse_review
-from image_preflight.core.inventory import Inventory, NodeImages
-from image_preflight.core.scheduling import NodeTraits, Taint
+from image_preflight.core.admission import messages
+from image_preflight.core.admission.review import API_VERSION, AUDIT, ENFORCE, WARN, BadReview, Settings, admit, parse_review
+from image_preflight.core.decide.inventory import Inventory, NodeImages
+from image_preflight.core.decide.scheduling import NodeTraits, Taint
 from tests.agent_lightning import fails_at_once
 
 NOW = 1_796_000_000.0

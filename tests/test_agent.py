@@ -29,8 +29,8 @@ from image_preflight.cli import build_parser, main
 from tests.containerd import SANDBOX_IMAGE, Containerd, build_oci_archive_many, import_image, manifest_digest, remove, tag
 from tests.controlplane.cluster import ControlPlane
 from tests.fake_apiserver import FakeApiServer
-from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION, format_time, parse_time
-from image_preflight.core.snapshots import load_snapshot
+from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time, parse_time
+from image_preflight.core.sources.snapshots import load_snapshot
 
 NODE = "cpu-1"
 ROOT = Path(__file__).resolve().parents[1]

@@ -28,11 +28,11 @@ from image_preflight.agent.pinner import Pinner
 from image_preflight.agent.publisher import Agent, Publisher
 from image_preflight.cli import main
 from image_preflight.doctor.command import check
-from image_preflight.core.pinning import (
+from image_preflight.core.image_gc.pinning import (
     MARK_LABEL, MARK_VALUE, NEEDED_NAME, NEEDED_NAMESPACE, PINNED_LABEL, PINNED_VALUE, NeededImages, PinPlan,
     needed_text, needed_unpinned, parse_needed, pin_plan, pinning_refusal, pinning_report,
 )
-from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION
+from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION
 from image_preflight.kube.needed_images import needed_images_watcher
 from tests.containerd import SANDBOX_IMAGE, Containerd, build_oci_archive_many, containerd2_binary, import_image
 

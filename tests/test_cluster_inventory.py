@@ -12,7 +12,7 @@ import yaml
 
 from tests.controlplane.cluster import kubelet_configz
 from image_preflight.cli import main
-from image_preflight.core.node_status import CAP_ANNOTATION
+from image_preflight.core.sources.node_status import CAP_ANNOTATION
 
 TEMPLATE = """apiVersion: batch/v1
 kind: Job

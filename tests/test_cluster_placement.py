@@ -15,10 +15,10 @@ from tests.controlplane.cluster import create_node, wait_for
 from tests.controlplane.webhook import ServedWebhook
 from tests.test_cluster_webhook import DENIED_PREFIX, ENFORCE_LABEL, _names, _namespace, deployed  # noqa: F401
 from tests.test_deploy import deploy_copy  # noqa: F401 - fixture
-from image_preflight.core.decision import ALLOW, DENY, decide
-from image_preflight.core.runtime_classes import runtime_class_from_object
-from image_preflight.core.snapshots import load_snapshot
-from image_preflight.core.workloads import pod_spec_of
+from image_preflight.core.decide.decision import ALLOW, DENY, decide
+from image_preflight.core.decide.runtime_classes import runtime_class_from_object
+from image_preflight.core.sources.snapshots import load_snapshot
+from image_preflight.core.decide.workloads import pod_spec_of
 
 ID = uuid.uuid4().hex[:6]
 POOL = {"image-preflight.test/pool": ID}

@@ -14,7 +14,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from image_preflight.core.steering import STEERED_TO
+from image_preflight.core.admission.steering import STEERED_TO
 from tests.controlplane.cluster import create_node, delete_namespaces, wait_for
 from tests.controlplane.webhook import ServedWebhook
 from tests.test_cluster_webhook import (  # noqa: F401 - deployed is a fixture

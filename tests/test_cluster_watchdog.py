@@ -28,8 +28,8 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from image_preflight.core import job_failure
-from image_preflight.core.stalls import Stalls
+from image_preflight.core.watchdog import job_failure
+from image_preflight.core.watchdog.stalls import Stalls
 from image_preflight.kube.client import api_client
 from image_preflight.watchdog.actions import Actions
 from tests.controlplane.cluster import create_node, delete_namespaces, free_port, set_node_images, terminate, wait_for

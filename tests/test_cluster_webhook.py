@@ -19,7 +19,7 @@ from kubernetes.client.rest import ApiException
 from tests.controlplane.cluster import KUBELET_PORT, create_node, wait_for
 from tests.controlplane.webhook import ServedWebhook
 from tests.test_deploy import SELF_SIGNED, deploy_copy  # noqa: F401 - fixture
-from image_preflight.core.scheduling import NodeTraits, PodPlacement, unschedulable_reason
+from image_preflight.core.decide.scheduling import NodeTraits, PodPlacement, unschedulable_reason
 
 WEBHOOK = "validate.image-preflight.io"
 ENFORCE_LABEL = {"image-preflight.io/enforce": "true"}
@@ -390,8 +390,8 @@ def test_dump_and_scan_read_the_live_cluster(control_plane, webhook, tmp_path):
 
 def test_the_apiserver_adds_exactly_the_default_tolerations_the_decision_assumes(control_plane):
     """DefaultTolerationSeconds, on by default in kube-apiserver: what a Pod gains at admission is
-    image_preflight.core.scheduling.ADMISSION_TOLERATIONS."""
-    from image_preflight.core.scheduling import ADMISSION_TOLERATIONS
+    image_preflight.core.decide.scheduling.ADMISSION_TOLERATIONS."""
+    from image_preflight.core.decide.scheduling import ADMISSION_TOLERATIONS
 
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
            "spec": {"containers": [{"name": "c", "image": HELD}]}}
@@ -402,8 +402,8 @@ def test_the_apiserver_adds_exactly_the_default_tolerations_the_decision_assumes
 
 def test_the_apiserver_defaults_an_image_volume_pull_policy_as_the_decision_does(control_plane):
     """Image volumes are on by default from 1.35; the stored pullPolicy is what
-    image_preflight.core.workloads computes for a volume without one."""
-    from image_preflight.core.workloads import container_images
+    image_preflight.core.decide.workloads computes for a volume without one."""
+    from image_preflight.core.decide.workloads import container_images
 
     spec = {"containers": [{"name": "c", "image": HELD}],
             "volumes": [{"name": "tagged", "image": {"reference": HELD}},

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from tests.test_snapshots import PAUSE, PYTHON, cri_image, kube_node, node_list, runtime, status_image
-from image_preflight.core.decision import (
+from image_preflight.core.decide.decision import (
     ALLOW,
     DENY,
     INVALID,
@@ -18,10 +18,10 @@ from image_preflight.core.decision import (
     decide_images,
     eligible_nodes,
 )
-from image_preflight.core.inventory import Inventory, NodeImages
-from image_preflight.core.scheduling import REASON_AFFINITY, NodeTraits, PodPlacement, SchedulingSpecError, Taint
-from image_preflight.core.snapshots import load_snapshot
-from image_preflight.core.workloads import ContainerImage, WorkloadError, pod_spec_of
+from image_preflight.core.decide.inventory import Inventory, NodeImages
+from image_preflight.core.decide.scheduling import REASON_AFFINITY, NodeTraits, PodPlacement, SchedulingSpecError, Taint
+from image_preflight.core.sources.snapshots import load_snapshot
+from image_preflight.core.decide.workloads import ContainerImage, WorkloadError, pod_spec_of
 
 NOW = 1_796_000_000.0
 DIGEST = "sha256:" + "d" * 64
@@ -461,7 +461,7 @@ def test_an_image_id_is_unknown_against_node_status_and_decided_by_a_runtime_lis
 
 
 def test_a_missing_image_volume_denies_and_is_named_as_a_volume():
-    from image_preflight.core.messages import denial_message
+    from image_preflight.core.admission.messages import denial_message
 
     spec = pod(SWE, volumes=[{"name": "tools", "image": {"reference": "swe/tools:v1"}}])
     decision = decide(spec, inv(node("n1", SWE)))
@@ -469,7 +469,7 @@ def test_a_missing_image_volume_denies_and_is_named_as_a_volume():
     assert "image 'swe/tools:v1' (volume 'tools', imagePullPolicy IfNotPresent) is absent" in denial_message(decision)
 
 
-# --- remembered decisions (image_preflight.core.decision_cache) ------------------------------------
+# --- remembered decisions (image_preflight.core.decide.memory) ------------------------------------
 
 
 def _specs() -> list[dict]:

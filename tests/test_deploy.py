@@ -25,10 +25,10 @@ from kubernetes_validate.utils import latest_version
 
 from image_preflight.cli import build_parser, main
 from image_preflight.doctor.findings import selects as selector_matches  # metav1.LabelSelector
-from image_preflight.core.decision import DENY, decide
-from image_preflight.core.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
+from image_preflight.core.decide.decision import DENY, decide
+from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
 from image_preflight.files.inventory import load_inventory_file
-from image_preflight.core.workloads import pod_spec_of
+from image_preflight.core.decide.workloads import pod_spec_of
 from tests.agent_lightning import build_job_spec, example_row
 from tests.needs import unavailable
 
@@ -629,7 +629,7 @@ def _text_blocks(document: str) -> list[str]:
 
 
 def test_the_docs_show_the_denial_the_example_job_gets():
-    from image_preflight.core.admission import Settings, admit, parse_review
+    from image_preflight.core.admission.review import Settings, admit, parse_review
 
     review = parse_review((EXAMPLES / "admission-review.json").read_bytes())
     answer = admit(review, load_inventory_file(EXAMPLES / "nodes.json"), Settings()).review["response"]

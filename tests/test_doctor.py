@@ -24,7 +24,7 @@ from tests.controlplane.cluster import (
 from tests.controlplane.webhook import ServedWebhook
 from tests.test_deploy import NAMESPACE, SELF_SIGNED, SERVICE, deploy_copy  # noqa: F401 - fixture
 from image_preflight.cli import main
-from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION, format_time
+from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time
 from image_preflight.doctor.gc import GRANT_PROXY
 
 ROLLOUTS = "rollouts"
@@ -287,7 +287,7 @@ def _node(name: str) -> dict:
 
 
 def _published(name: str, sandbox: dict | None, observed_at: float = 1_000_000_000, lease: int = 300) -> dict:
-    from image_preflight.core.runtime_inventory import runtime_object
+    from image_preflight.core.sources.runtime_lists import runtime_object
 
     return runtime_object(name, [{"id": "sha256:" + "a" * 64, "repoTags": ["docker.io/library/filler-0:v1"]}],
                           observed_at=observed_at, lease_seconds=lease, sandbox_image=sandbox)
@@ -380,7 +380,7 @@ GIB = 2**30
 
 def _agent(name: str, pinned: dict[str, bool], pinning: dict | None = None) -> dict:
     """A node agent's NodeImages object holding `pinned`'s images, each pinned or not, and a filler."""
-    from image_preflight.core.runtime_inventory import runtime_object
+    from image_preflight.core.sources.runtime_lists import runtime_object
 
     images = [{"id": "sha256:" + f"{n:x}" * 64, "repoTags": [ref], "pinned": pin}
               for n, (ref, pin) in enumerate(pinned.items(), start=1)]
@@ -400,7 +400,7 @@ def _summary(used_percent: float, capacity: int = 100 * GIB) -> dict:
 
 def _gc(config: dict | None, summary, agent: dict | None, needed_refs=NEEDED, name: str = "cpu-1"):
     """gc.image_gc for one node; `config` None: configz answered 403."""
-    from image_preflight.core.pinning import parse_needed
+    from image_preflight.core.image_gc.pinning import parse_needed
     from image_preflight.doctor import gc
     from image_preflight.kube.cluster_inventory import KubeletUnread
 
@@ -555,7 +555,7 @@ def test_needed_images_not_pinned_are_named_with_the_fix_for_how_the_agent_runs(
 
 
 def test_a_runtime_that_cannot_pin_is_one_problem_with_the_upgrade():
-    from image_preflight.core.pinning import pinning_refusal
+    from image_preflight.core.image_gc.pinning import pinning_refusal
 
     message = pinning_refusal("containerd", "1.6.20")
     assert message is not None
@@ -585,7 +585,7 @@ def test_no_needed_list_is_one_skipped_line_with_its_command_and_no_needed_image
 
 
 def test_a_needed_list_with_bad_lines_is_a_problem_with_parse_needeeds_summary():
-    from image_preflight.core.pinning import parse_needed
+    from image_preflight.core.image_gc.pinning import parse_needed
     from image_preflight.doctor.gc import needed_list
 
     data = {"needed.txt": "docker.io/library/rollout-a:v1\nNot A Reference\n# a comment\n"}

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from image_preflight.api import decide
-from image_preflight.core.inventory import Inventory
-from image_preflight.core.snapshots import SnapshotError, load_snapshot
+from image_preflight.core.decide.inventory import Inventory
+from image_preflight.core.sources.snapshots import SnapshotError, load_snapshot
 from image_preflight.errors import InputError
 from image_preflight.files.atomic import write_atomic
 from image_preflight.files.inventory import load_inventory_file

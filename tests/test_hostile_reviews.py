@@ -16,9 +16,9 @@ import pytest
 
 from tests.test_admission import pod_spec, review, workload
 from tests.test_webhook_server import EXAMPLE_NODES, HOST, Webhook, three_nodes, start_webhook  # noqa: F401 - fixture
-from image_preflight.core.decision import MISSING, Decision, ImageVerdict
-from image_preflight.core.messages import MAX_MESSAGE, denial_message
-from image_preflight.core.workloads import ContainerImage
+from image_preflight.core.decide.decision import MISSING, Decision, ImageVerdict
+from image_preflight.core.admission.messages import MAX_MESSAGE, denial_message
+from image_preflight.core.decide.workloads import ContainerImage
 from image_preflight.webhook.protocol import DeadlineProtocol
 
 ABSENT = "swesmith.x86_64.absent:openai"

@@ -1,4 +1,4 @@
-"""image_preflight.core.images against the distribution/reference conformance data, plus the hot-path cache.
+"""image_preflight.core.decide.references against the distribution/reference conformance data, plus the hot-path cache.
 
 The data (tests/data/conformance/image-references.json) states what github.com/distribution/reference
 gives for each input; it travels with the project so that a fresh clone runs every case.
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from image_preflight.core import images
-from image_preflight.core.images import InvalidReference
+from image_preflight.core.decide import references as images
+from image_preflight.core.decide.references import InvalidReference
 
 
 DATA_FILE = Path(__file__).resolve().parent / "data" / "conformance" / "image-references.json"

@@ -14,8 +14,8 @@ from tests.controlplane.cluster import PARKED, set_node_images
 from tests.fake_apiserver import write_kubeconfig
 from tests.test_admission import ABSENT, HELD, NOW, pod_spec, review, workload
 from tests.test_webhook_server import EXAMPLE_NODES, missing_job_review, start_webhook, wait_until  # noqa: F401
-from image_preflight.core.admission import Settings, admit, parse_review
-from image_preflight.core.inventory import NodeImages
+from image_preflight.core.admission.review import Settings, admit, parse_review
+from image_preflight.core.decide.inventory import NodeImages
 from image_preflight.webhook.live_inventory import LiveInventory
 from image_preflight.kube.nodes import NodeWatcher
 

@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from image_preflight.core import images
-from image_preflight.core.images import InvalidReference
-from image_preflight.core.scheduling import (
+from image_preflight.core.decide import references as images
+from image_preflight.core.decide.references import InvalidReference
+from image_preflight.core.decide.scheduling import (
     DAEMON_TOLERATIONS,
     REASON_AFFINITY,
     REASON_NODE_NAME,

@@ -1,5 +1,5 @@
-"""The watchdog's pure core: which containers are stuck (core/pull_failures), when a stall is due
-(core/stalls), and what is written to the Job (core/job_failure)."""
+"""The watchdog's pure core: which containers are stuck (core/watchdog/pull_failures), when a stall is due
+(core/watchdog/stalls), and what is written to the Job (core/watchdog/job_failure)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from image_preflight.core import job_failure
-from image_preflight.core.pull_failures import (
+from image_preflight.core.watchdog import job_failure
+from image_preflight.core.watchdog.pull_failures import (
     Owner,
     awaiting_sandbox,
     controller_of,
@@ -17,7 +17,7 @@ from image_preflight.core.pull_failures import (
     stuck_containers,
     webhook_denial,
 )
-from image_preflight.core.stalls import Stalls
+from image_preflight.core.watchdog.stalls import Stalls
 
 NS = "rollouts"
 JOB_OWNER = {"apiVersion": "batch/v1", "kind": "Job", "name": "agl-rollout-1", "uid": "job-uid", "controller": True,

@@ -24,8 +24,8 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 import image_preflight
-from image_preflight.core import job_failure
-from image_preflight.core.node_status import CAP_ANNOTATION
+from image_preflight.core.watchdog import job_failure
+from image_preflight.core.sources.node_status import CAP_ANNOTATION
 from tests.agent_lightning import TEMPLATE, build_job_spec, example_row
 from tests.controlplane.cluster import create_node, terminate, wait_for
 from tests.controlplane.webhook import ServedWebhook

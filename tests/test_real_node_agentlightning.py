@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from image_preflight.core import job_failure
+from image_preflight.core.watchdog import job_failure
 from tests.agent_lightning import TEMPLATE, VENV, example_row, require_agent_lightning
 from tests.controlplane.cluster import free_port, terminate, wait_for
 from tests.needs import record_figures

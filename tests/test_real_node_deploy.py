@@ -22,7 +22,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from image_preflight.core import job_failure
+from image_preflight.core.watchdog import job_failure
 from tests.agent_lightning import TEMPLATE, build_job_spec, example_row
 from tests.controlplane.cluster import wait_for
 from tests.needs import record_figures

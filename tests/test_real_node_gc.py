@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from image_preflight.core.pinning import MARK_LABEL, NEEDED_NAME, NEEDED_NAMESPACE, PINNED_LABEL, PINNED_VALUE
+from image_preflight.core.image_gc.pinning import MARK_LABEL, NEEDED_NAME, NEEDED_NAMESPACE, PINNED_LABEL, PINNED_VALUE
 from tests.agent_lightning import TEMPLATE, example_row
 from tests.controlplane.cluster import wait_for
 from tests.needs import record_figures

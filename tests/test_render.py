@@ -9,7 +9,7 @@ import yaml
 from image_preflight.scanner import filter_rows
 from image_preflight.scanner.judge import INVALID, KEPT, MISSING_IMAGE, UNRENDERABLE, RowJudge, make_template
 from image_preflight.scanner.render import JobTemplate, RowError, TemplateError, yaml_escape
-from image_preflight.core.inventory import Inventory, NodeImages
+from image_preflight.core.decide.inventory import Inventory, NodeImages
 
 JOB_HEAD = """apiVersion: batch/v1
 kind: Job

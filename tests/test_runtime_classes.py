@@ -7,17 +7,17 @@ import pytest
 
 from tests.test_decision import NOW, SWE, inv, node
 from tests.test_snapshots import kube_node
-from image_preflight.core.admission import Settings, admit
-from image_preflight.core.decision import ALLOW, DENY, NO_ELIGIBLE_NODE, UNKNOWN, decide
-from image_preflight.core.inventory import Inventory
-from image_preflight.core.runtime_classes import (
+from image_preflight.core.admission.review import Settings, admit
+from image_preflight.core.decide.decision import ALLOW, DENY, NO_ELIGIBLE_NODE, UNKNOWN, decide
+from image_preflight.core.decide.inventory import Inventory
+from image_preflight.core.decide.runtime_classes import (
     RuntimeClassConflict,
     RuntimeClassScheduling,
     runtime_class_from_object,
     with_runtime_class,
 )
-from image_preflight.core.scheduling import PodPlacement, SchedulingSpecError, Taint, Toleration, as_daemon
-from image_preflight.core.snapshots import SnapshotError, load_snapshot
+from image_preflight.core.decide.scheduling import PodPlacement, SchedulingSpecError, Taint, Toleration, as_daemon
+from image_preflight.core.sources.snapshots import SnapshotError, load_snapshot
 
 SANDBOX = Taint("sandbox", "gvisor", "NoSchedule")
 GVISOR = {

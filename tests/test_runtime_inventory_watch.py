@@ -28,13 +28,13 @@ from tests.controlplane.cluster import (
     wait_for,
 )
 from tests.test_webhook_server import start_webhook  # noqa: F401 - fixture
-from image_preflight.core.admission import API_VERSION, Settings, admit
-from image_preflight.core.decision import DENY, MISSING, UNKNOWN, decide
-from image_preflight.core.inventory import image_key
+from image_preflight.core.admission.review import API_VERSION, Settings, admit
+from image_preflight.core.decide.decision import DENY, MISSING, UNKNOWN, decide
+from image_preflight.core.decide.inventory import image_key
 from image_preflight.webhook.live_inventory import LiveInventory
 from image_preflight.kube.nodes import NodeWatcher
 from image_preflight.kube.watch import ResourceWatcher
-from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION, format_time
+from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time
 from image_preflight.kube.node_images import runtime_watcher, start_runtime_watch
 
 DEADLINE_S = 10.0

@@ -1,5 +1,5 @@
-"""A node whose runtime lacks its sandbox (pause) image starts no pod (core/decision.py,
-decide_images): the decision, its words (core/messages.py), steering (core/steering.py), and the
+"""A node whose runtime lacks its sandbox (pause) image starts no pod (core/decide/decision.py,
+decide_images): the decision, its words (core/admission/messages.py), steering (core/admission/steering.py), and the
 watchdog failing a Job whose Pod the kubelet reports so, on the real control plane.
 
 The kubelet creates a Pod's sandbox before it looks at any of its images
@@ -16,8 +16,8 @@ import uuid
 import pytest
 from kubernetes import client as k8s
 
-from image_preflight.core import messages, steering
-from image_preflight.core.decision import (
+from image_preflight.core.admission import messages, steering
+from image_preflight.core.decide.decision import (
     ALLOW,
     DENY,
     MISSING,
@@ -28,8 +28,8 @@ from image_preflight.core.decision import (
     REQUIRE_ONE_NODE,
     decide,
 )
-from image_preflight.core.inventory import Inventory, NodeImages
-from image_preflight.core.scheduling import NodeTraits, Taint
+from image_preflight.core.decide.inventory import Inventory, NodeImages
+from image_preflight.core.decide.scheduling import NodeTraits, Taint
 from tests.test_decision import pod
 
 NOW = 1_796_000_000.0
@@ -230,7 +230,7 @@ def _kubelet_event(plane, pod, node_name: str, message: str) -> None:
 
 
 def test_the_watchdog_fails_a_job_whose_pod_cannot_get_its_sandbox_image(watchdog_cluster):
-    from image_preflight.core import job_failure
+    from image_preflight.core.watchdog import job_failure
     from tests.controlplane.cluster import wait_for
     from tests.test_cluster_watchdog import BOUND_S, GRACE_S, failed_condition
     from tests.test_pull_failures import SANDBOX_MESSAGES

@@ -11,7 +11,7 @@ import pytest
 
 from image_preflight.cli import main
 from image_preflight.scanner import filter_rows
-from image_preflight.core.inventory import Inventory, NodeImages
+from image_preflight.core.decide.inventory import Inventory, NodeImages
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "swe-smith"
@@ -766,7 +766,7 @@ def test_progress_knows_the_total_before_the_rows_are_done(work, suffix):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from image_preflight.core.inventory import DEFAULT_MAX_IMAGES
+    from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES
     from image_preflight.files.inventory import load_inventory_file
     from image_preflight.scanner.judge import RowJudge, make_template
     from image_preflight.scanner.scan import scan

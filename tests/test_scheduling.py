@@ -1,6 +1,6 @@
 import pytest
 
-from image_preflight.core.scheduling import (
+from image_preflight.core.decide.scheduling import (
     as_admitted,
     as_daemon,
     REASON_AFFINITY,

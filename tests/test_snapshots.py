@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from image_preflight.core.inventory import DEFAULT_MAX_IMAGES, NAMES_PER_IMAGE, Inventory, NodeImages, image_key
-from image_preflight.core.node_status import node_images_from_node
-from image_preflight.core.runtime_inventory import (
+from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES, NAMES_PER_IMAGE, Inventory, NodeImages, image_key
+from image_preflight.core.sources.node_status import node_images_from_node
+from image_preflight.core.sources.runtime_lists import (
     API_VERSION,
     RUNTIME_KIND,
     format_time,
@@ -15,8 +15,8 @@ from image_preflight.core.runtime_inventory import (
     parse_time,
     runtime_object,
 )
-from image_preflight.core.scheduling import NodeTraits, SchedulingSpecError, Taint
-from image_preflight.core.snapshots import SnapshotError, load_snapshot
+from image_preflight.core.decide.scheduling import NodeTraits, SchedulingSpecError, Taint
+from image_preflight.core.sources.snapshots import SnapshotError, load_snapshot
 
 OBSERVED = 1_796_000_000.0  # 2026-11-29T...Z
 
@@ -312,7 +312,7 @@ def test_a_list_longer_than_the_cap_proves_the_cap_wrong(count, max_images, capp
 @pytest.mark.parametrize(("annotation", "max_images", "complete"), [
     ("-1", 50, True), ("200", 50, True), ("60", -1, False), ("bogus", 50, False), (None, 200, True)])
 def test_a_nodes_own_cap_from_the_dump_wins_over_the_flag(annotation, max_images, complete):
-    from image_preflight.core.node_status import CAP_ANNOTATION
+    from image_preflight.core.sources.node_status import CAP_ANNOTATION
 
     node = kube_node("n1", many_images(60))
     if annotation is not None:

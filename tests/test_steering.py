@@ -1,4 +1,4 @@
-"""Steering (core/steering.py, core/mutation.py) and the rule it makes true (REQUIRE_ONE_NODE).
+"""Steering (core/admission/steering.py, core/admission/mutation.py) and the rule it makes true (REQUIRE_ONE_NODE).
 
 The patch's shape follows the apiserver's validation: one value per node field selector
 (pkg/apis/core/validation/validation.go, ValidateNodeFieldSelectorRequirement). That the apiserver
@@ -13,11 +13,11 @@ import json
 
 import pytest
 
-from image_preflight.core import steering
-from image_preflight.core.admission import Settings, admit
-from image_preflight.core.decision import ALLOW, DENY, REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE, UNKNOWN, decide
-from image_preflight.core.mutation import NOT_STEERED, STEERED, steer
-from image_preflight.core.scheduling import Taint
+from image_preflight.core.admission import steering
+from image_preflight.core.admission.review import Settings, admit
+from image_preflight.core.decide.decision import ALLOW, DENY, REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE, UNKNOWN, decide
+from image_preflight.core.admission.mutation import NOT_STEERED, STEERED, steer
+from image_preflight.core.decide.scheduling import Taint
 from tests.test_decision import inv, node, pod
 
 IMAGE = "swe/task:openai"

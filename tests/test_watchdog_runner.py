@@ -8,8 +8,8 @@ import json
 import logging
 import threading
 
-from image_preflight.core.job_failure import FAILED, record
-from image_preflight.core.stalls import Stalls
+from image_preflight.core.watchdog.job_failure import FAILED, record
+from image_preflight.core.watchdog.stalls import Stalls
 from image_preflight.watchdog.actions import Outcome
 from image_preflight.watchdog.metrics import Metrics
 from image_preflight.watchdog.runner import RETRY_S, Watchdog

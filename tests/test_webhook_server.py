@@ -32,10 +32,10 @@ from image_preflight.cli import build_parser
 from image_preflight.errors import InputError, UsageError
 from tests.agent_lightning import fails_at_once
 from tests.test_admission import ABSENT, pod_spec, review, workload
-from image_preflight.core.admission import Settings
+from image_preflight.core.admission.review import Settings
 from image_preflight.webhook.app import WebhookState, create_app, parse_timeout
 from image_preflight.webhook.command import build_server, stop_background
-from image_preflight.core.inventory import Inventory
+from image_preflight.core.decide.inventory import Inventory
 from image_preflight.webhook.metrics import Metrics
 
 SERVICE = NAMESPACE = "image-preflight"

@@ -1,6 +1,6 @@
 import pytest
 
-from image_preflight.core.workloads import (
+from image_preflight.core.decide.workloads import (
     ALWAYS,
     IF_NOT_PRESENT,
     NEVER,

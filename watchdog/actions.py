@@ -1,5 +1,5 @@
 """The watchdog's writes: read the Job, patch it, record the Event. What to write is decided in
-image_preflight.core.job_failure; this module only talks to the apiserver."""
+image_preflight.core.watchdog.job_failure; this module only talks to the apiserver."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
-from image_preflight.core import job_failure
-from image_preflight.core.job_failure import AUDIT, AUDITED, EVENT_ONLY, FAILED
-from image_preflight.core.stalls import Stall
+from image_preflight.core.watchdog import job_failure
+from image_preflight.core.watchdog.job_failure import AUDIT, AUDITED, EVENT_ONLY, FAILED
+from image_preflight.core.watchdog.stalls import Stall
 from image_preflight.kube.watch import describe_error
 
 _REQUEST_TIMEOUT = (10.0, 30.0)

@@ -14,8 +14,8 @@ import threading
 from prometheus_client import start_http_server
 
 from image_preflight.cli import add_cluster_arguments
-from image_preflight.core.job_failure import MODES
-from image_preflight.core.stalls import Stalls
+from image_preflight.core.watchdog.job_failure import MODES
+from image_preflight.core.watchdog.stalls import Stalls
 from image_preflight.errors import UsageError
 from image_preflight.kube.client import api_client
 from image_preflight.watchdog.actions import Actions

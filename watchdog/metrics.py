@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from image_preflight.core.job_failure import AUDITED, EVENT_ONLY, FAILED
-from image_preflight.core.pull_failures import FAILED_SANDBOX, NEVER_AVAILABLE, PULL_FAILED
+from image_preflight.core.watchdog.job_failure import AUDITED, EVENT_ONLY, FAILED
+from image_preflight.core.watchdog.pull_failures import FAILED_SANDBOX, NEVER_AVAILABLE, PULL_FAILED
 
 ACTIONS = frozenset({FAILED, AUDITED, EVENT_ONLY, "skipped", "error"})
 REASONS = NEVER_AVAILABLE | PULL_FAILED | {"FailedCreate", FAILED_SANDBOX}

@@ -16,9 +16,9 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from image_preflight.core.admission import BadReview, Outcome, Settings, admit, parse_review
-from image_preflight.core.inventory import Inventory
-from image_preflight.core.mutation import steer
+from image_preflight.core.admission.review import BadReview, Outcome, Settings, admit, parse_review
+from image_preflight.core.decide.inventory import Inventory
+from image_preflight.core.admission.mutation import steer
 from image_preflight.webhook.metrics import Metrics
 
 MAX_BODY = 8 * 1024 * 1024

@@ -10,11 +10,11 @@ import uvicorn
 from prometheus_client import start_http_server
 
 from image_preflight.errors import UsageError
-from image_preflight.core.admission import MODES, Settings
+from image_preflight.core.admission.review import MODES, Settings
 from image_preflight.webhook.app import WebhookState, create_app
-from image_preflight.core.decision import REQUIRE_ALL, REQUIRE_ANY
-from image_preflight.core.inventory import DEFAULT_MAX_IMAGES
-from image_preflight.core.steering import DEFAULT_MAX_NODES
+from image_preflight.core.decide.decision import REQUIRE_ALL, REQUIRE_ANY
+from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES
+from image_preflight.core.admission.steering import DEFAULT_MAX_NODES
 from image_preflight.webhook import logs
 from image_preflight.webhook.live_inventory import FileInventory, LiveInventory
 from image_preflight.webhook.metrics import Metrics

@@ -13,12 +13,12 @@ from pathlib import Path
 
 from image_preflight.errors import InputError
 from image_preflight.files.poll import Poller, file_stamp
-from image_preflight.core.inventory import DEFAULT_MAX_IMAGES, Inventory, NodeImages
+from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES, Inventory, NodeImages
 from image_preflight.files.inventory import load_inventory_file
-from image_preflight.core.node_status import node_images_from_node
-from image_preflight.core.runtime_classes import RuntimeClassScheduling, runtime_class_from_object
-from image_preflight.core.scheduling import SchedulingSpecError
-from image_preflight.core.runtime_inventory import node_images_from_runtime
+from image_preflight.core.sources.node_status import node_images_from_node
+from image_preflight.core.decide.runtime_classes import RuntimeClassScheduling, runtime_class_from_object
+from image_preflight.core.decide.scheduling import SchedulingSpecError
+from image_preflight.core.sources.runtime_lists import node_images_from_runtime
 from image_preflight.image_set import compact
 from image_preflight.kube.node_images import runtime_node_name
 

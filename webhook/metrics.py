@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from image_preflight.core.inventory import Inventory
-from image_preflight.core.workloads import WORKLOAD_KINDS
+from image_preflight.core.decide.inventory import Inventory
+from image_preflight.core.decide.workloads import WORKLOAD_KINDS
 
 # Label values come from closed sets: a review's own text never becomes a label (one lone
 # surrogate there would break every later scrape), and the series stay few.

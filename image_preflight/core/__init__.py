@@ -1,2 +1,5 @@
-"""The decision, pure: image references, workload pod specs, where a pod can land, the images per
-node, the verdict. No I/O, clock or threads: every face imports it unchanged."""
+"""The decision, pure: no I/O, clock or threads, so every face imports it unchanged.
+
+decide/ the verdict; sources/ node image lists from their texts; admission/ the webhook's
+answers; watchdog/ stalled pods and failing their Jobs; image_gc/ pinning; objects reads API
+objects without trusting their shape."""

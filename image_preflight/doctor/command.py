@@ -10,7 +10,7 @@ import os
 import time
 
 from image_preflight.cli import add_cluster_arguments
-from image_preflight.core.inventory import DEFAULT_MAX_IMAGES
+from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES
 from image_preflight.doctor import cluster, findings, gc
 from image_preflight.doctor.findings import PROBLEM, SKIPPED, Finding
 from image_preflight.errors import UsageError

@@ -8,11 +8,11 @@ import binascii
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from image_preflight.core import pinning
-from image_preflight.core.node_status import node_images_from_node
-from image_preflight.core.pull_failures import reference_of
-from image_preflight.core.runtime_inventory import node_images_from_runtime
-from image_preflight.core.scheduling import NodeTraits, PodPlacement, as_admitted, unschedulable_reason
+from image_preflight.core.image_gc import pinning
+from image_preflight.core.sources.node_status import node_images_from_node
+from image_preflight.core.watchdog.pull_failures import reference_of
+from image_preflight.core.sources.runtime_lists import node_images_from_runtime
+from image_preflight.core.decide.scheduling import NodeTraits, PodPlacement, as_admitted, unschedulable_reason
 
 # As deploy/ names them.
 WEBHOOK_NAME = "validate.image-preflight.io"

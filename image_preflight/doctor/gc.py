@@ -4,7 +4,7 @@ The kubelet deletes unused images that its runtime does not report pinned, every
 (pkg/kubelet/kubelet.go, ImageGCPeriod): by disk use once the image filesystem reaches
 imageGCHighThresholdPercent, down to the low threshold, and, with imageMaximumGCAge set, by age
 whatever the disk use (pkg/kubelet/images/image_gc_manager.go, GarbageCollect and freeOldImages).
-The node agent pins the needed images (image_preflight.core.pinning); these findings say where
+The node agent pins the needed images (image_preflight.core.image_gc.pinning); these findings say where
 the GC can still take one. image_preflight.doctor.cluster reads what they judge.
 """
 
@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from image_preflight.core import pinning
-from image_preflight.core.runtime_inventory import node_images_from_runtime
+from image_preflight.core.image_gc import pinning
+from image_preflight.core.sources.runtime_lists import node_images_from_runtime
 from image_preflight.doctor.findings import AGENT_APPLY, OK, PROBLEM, SKIPPED, Finding
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""Inventories from snapshot files (the shell around image_preflight.core.snapshots)."""
+"""Inventories from snapshot files (the shell around image_preflight.core.sources.snapshots)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from image_preflight.errors import InputError
-from image_preflight.core.inventory import DEFAULT_MAX_IMAGES, Inventory
-from image_preflight.core.snapshots import SnapshotError, load_snapshot
+from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES, Inventory
+from image_preflight.core.sources.snapshots import SnapshotError, load_snapshot
 from image_preflight.image_set import compact
 
 

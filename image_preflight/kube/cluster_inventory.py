@@ -15,8 +15,8 @@ from typing import NamedTuple
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
-from image_preflight.core.node_status import CAP_ANNOTATION
-from image_preflight.core.runtime_inventory import API_VERSION, GROUP, PLURAL, RUNTIME_KIND, VERSION, node_images_from_runtime
+from image_preflight.core.sources.node_status import CAP_ANNOTATION
+from image_preflight.core.sources.runtime_lists import API_VERSION, GROUP, PLURAL, RUNTIME_KIND, VERSION, node_images_from_runtime
 from image_preflight.errors import UsageError
 from image_preflight.kube.watch import describe_error
 

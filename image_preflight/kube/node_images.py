@@ -14,7 +14,7 @@ from typing import Protocol
 import kubernetes.client
 
 from image_preflight.kube.watch import ResourceWatcher
-from image_preflight.core.runtime_inventory import GROUP, PLURAL, VERSION
+from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION
 
 # How often a missing CRD is looked for again.
 ABSENT_RETRY_SECONDS = 60.0

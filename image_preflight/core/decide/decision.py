@@ -6,12 +6,12 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from image_preflight.core import decision_cache
-from image_preflight.core.images import InvalidReference
-from image_preflight.core.inventory import Inventory, NodeImages, image_key
-from image_preflight.core.runtime_classes import RuntimeClassConflict, with_runtime_class
-from image_preflight.core.scheduling import PodPlacement, as_daemon, unschedulable_reason
-from image_preflight.core.workloads import ContainerImage, container_images
+from image_preflight.core.decide import memory as decision_cache
+from image_preflight.core.decide.references import InvalidReference
+from image_preflight.core.decide.inventory import Inventory, NodeImages, image_key
+from image_preflight.core.decide.runtime_classes import RuntimeClassConflict, with_runtime_class
+from image_preflight.core.decide.scheduling import PodPlacement, as_daemon, unschedulable_reason
+from image_preflight.core.decide.workloads import ContainerImage, container_images
 
 # Image statuses.
 PRESENT, MISSING, UNKNOWN, NOT_CHECKED, INVALID = "present", "missing", "unknown", "not-checked", "invalid"
@@ -19,7 +19,7 @@ PRESENT, MISSING, UNKNOWN, NOT_CHECKED, INVALID = "present", "missing", "unknown
 ALLOW, DENY, NO_ELIGIBLE_NODE = "allow", "deny", "no-eligible-node"  # and UNKNOWN
 # all: every eligible node holds every image (where the pod lands is the scheduler's choice).
 # any: each image is held by some eligible node.
-# one-node: some eligible node holds every image: what steering (core/steering.py) can make true,
+# one-node: some eligible node holds every image: what steering (core/admission/steering.py) can make true,
 #   so `serve --steer` decides Jobs and other templates by it, and `scan --steer` rows.
 REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE = "all", "any", "one-node"
 REQUIREMENTS = (REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE)
@@ -110,7 +110,7 @@ def decide(
     spec: Mapping, inventory: Inventory, *, require: str = REQUIRE_ALL, now: float | None = None, kind: str = "Pod"
 ) -> Decision:
     """`spec` is the pod spec of a `kind` object. Raises WorkloadError or SchedulingSpecError when
-    the spec cannot be read. Remembered per inventory (see image_preflight.core.decision_cache)."""
+    the spec cannot be read. Remembered per inventory (see image_preflight.core.decide.memory)."""
     try:
         key = decision_cache.key_of(spec, kind, require, now is None)
     except (TypeError, ValueError, RecursionError):  # a value JSON cannot hold: decide it afresh
@@ -230,7 +230,7 @@ def holding_nodes(verdicts: Sequence[ImageVerdict], eligible: Sequence[str]) -> 
 def _on_one_node(verdicts: tuple[ImageVerdict, ...], eligible: list[str]) -> tuple[ImageVerdict, ...]:
     """REQUIRE_ALL verdicts restated for "some eligible node holds every image", as steering makes
     it true: only when every eligible node's list is conclusive (steering never rules out a node
-    on a guess, core/steering.py). Otherwise its Pods are not steered and are decided as under
+    on a guess, core/admission/steering.py). Otherwise its Pods are not steered and are decided as under
     REQUIRE_ALL, and so is the template."""
     checked = (PRESENT, MISSING, UNKNOWN)
     if any(v.unknown_on for v in verdicts) or not holding_nodes(verdicts, eligible):

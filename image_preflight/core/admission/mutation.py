@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from image_preflight.core import steering
-from image_preflight.core.admission import Outcome, Settings, reply
-from image_preflight.core.decision import REQUIRE_ALL, decide
-from image_preflight.core.inventory import Inventory
+from image_preflight.core.admission import steering
+from image_preflight.core.admission.review import Outcome, Settings, reply
+from image_preflight.core.decide.decision import REQUIRE_ALL, decide
+from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.objects import as_mapping
-from image_preflight.core.scheduling import SchedulingSpecError
-from image_preflight.core.workloads import WorkloadError
+from image_preflight.core.decide.scheduling import SchedulingSpecError
+from image_preflight.core.decide.workloads import WorkloadError
 
 STEERED, NOT_STEERED = "steered", "not-steered"
 

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 
-from image_preflight.core.inventory import NodeImages
+from image_preflight.core.decide.inventory import NodeImages
 
 GROUP = "image-preflight.io"
 VERSION = "v1alpha1"

@@ -22,8 +22,8 @@ import json
 from collections.abc import Mapping
 
 from image_preflight.core.objects import as_mapping
-from image_preflight.core.pull_failures import FAILED_SANDBOX, finished
-from image_preflight.core.stalls import Stall
+from image_preflight.core.watchdog.pull_failures import FAILED_SANDBOX, finished
+from image_preflight.core.watchdog.stalls import Stall
 
 ANNOTATION = "image-preflight.io/watchdog"
 EVENT_REASON = "ImageUnavailable"

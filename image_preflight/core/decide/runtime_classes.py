@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from image_preflight.core.scheduling import (
+from image_preflight.core.decide.scheduling import (
     PodPlacement,
     SchedulingSpecError,
     Toleration,

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from image_preflight.core.images import InvalidReference, parse_normalized
+from image_preflight.core.decide.references import InvalidReference, parse_normalized
 
 ALWAYS, IF_NOT_PRESENT, NEVER = "Always", "IfNotPresent", "Never"
 PULL_POLICIES = (ALWAYS, IF_NOT_PRESENT, NEVER)
 CONTAINER_FIELDS = ("initContainers", "containers", "ephemeralContainers")
 VOLUMES = "volumes"  # image volumes (volumes[].image, on by default from 1.35) are pulled like containers
-# What image_preflight.core.scheduling reads (hostNetwork: a DaemonSet's extra toleration).
+# What image_preflight.core.decide.scheduling reads (hostNetwork: a DaemonSet's extra toleration).
 SCHEDULING_FIELDS = ("nodeName", "nodeSelector", "affinity", "tolerations", "runtimeClassName", "hostNetwork")
 
 # Where each kind keeps its pod spec (apps/v1, batch/v1, core/v1).

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
 
-from image_preflight.core.images import InvalidReference, docker_ref, is_valid_digest
-from image_preflight.core.runtime_classes import RuntimeClassScheduling
-from image_preflight.core.scheduling import NodeTraits
+from image_preflight.core.decide.references import InvalidReference, docker_ref, is_valid_digest
+from image_preflight.core.decide.runtime_classes import RuntimeClassScheduling
+from image_preflight.core.decide.scheduling import NodeTraits
 
 DEFAULT_MAX_IMAGES = 50  # KubeletConfiguration.nodeStatusMaxImages
 NAMES_PER_IMAGE = 5  # the kubelet lists at most this many names per image in node status
@@ -101,10 +101,10 @@ class Inventory:
     # The cluster's RuntimeClasses by name; a pod naming one not here is undecidable.
     runtime_classes: Mapping[str, RuntimeClassScheduling] = field(default_factory=dict)
     _by_name: Mapping[str, NodeImages] = field(init=False, repr=False, compare=False)
-    # Memo for image_preflight.core.decision.eligible_nodes: rollout Jobs share one placement, so the
+    # Memo for image_preflight.core.decide.decision.eligible_nodes: rollout Jobs share one placement, so the
     # scheduler filters run once per placement and inventory instead of once per request.
     memo: dict = field(init=False, repr=False, compare=False)
-    # Whole decisions by what decides them (image_preflight.core.decision_cache).
+    # Whole decisions by what decides them (image_preflight.core.decide.memory).
     decisions: dict = field(init=False, repr=False, compare=False)
     lease_ends: tuple[float, ...] = field(init=False, repr=False, compare=False)  # sorted expires_at
 

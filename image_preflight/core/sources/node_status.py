@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from image_preflight.core.inventory import DEFAULT_MAX_IMAGES, NAMES_PER_IMAGE, NodeImages
-from image_preflight.core.runtime_inventory import string, string_list
-from image_preflight.core.scheduling import NodeTraits
+from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES, NAMES_PER_IMAGE, NodeImages
+from image_preflight.core.sources.runtime_lists import string, string_list
+from image_preflight.core.decide.scheduling import NodeTraits
 
 # The kubelet's nodeStatusMaxImages as `inventory dump` read it from the node's configz; where a
 # Node carries it, it is the cap for that node whatever --max-images says.

@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from image_preflight.core.objects import as_mapping, as_text
-from image_preflight.core.images import InvalidReference, docker_ref
-from image_preflight.core.workloads import ALWAYS, WorkloadError, container_images, default_pull_policy
+from image_preflight.core.decide.references import InvalidReference, docker_ref
+from image_preflight.core.decide.workloads import ALWAYS, WorkloadError, container_images, default_pull_policy
 
 # The kubelet's waiting reasons for an image it will never get (pkg/kubelet/images/types.go):
 # ErrImageNeverPull (Never, and the node lacks it) and InvalidImageName (the name cannot parse)

@@ -7,13 +7,13 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from image_preflight.core import messages
-from image_preflight.core.decision import ALLOW, DENY, REQUIRE_ALL, REQUIRE_ONE_NODE, decide
-from image_preflight.core.inventory import Inventory
+from image_preflight.core.admission import messages
+from image_preflight.core.decide.decision import ALLOW, DENY, REQUIRE_ALL, REQUIRE_ONE_NODE, decide
+from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.objects import as_mapping
-from image_preflight.core.scheduling import SchedulingSpecError
-from image_preflight.core.steering import DEFAULT_MAX_NODES
-from image_preflight.core.workloads import (
+from image_preflight.core.decide.scheduling import SchedulingSpecError
+from image_preflight.core.admission.steering import DEFAULT_MAX_NODES
+from image_preflight.core.decide.workloads import (
     CONTAINER_FIELDS,
     SCHEDULING_FIELDS,
     VOLUMES,

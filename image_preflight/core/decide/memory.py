@@ -15,7 +15,7 @@ import json
 import math
 from collections.abc import Mapping
 
-from image_preflight.core.workloads import CONTAINER_FIELDS, SCHEDULING_FIELDS, VOLUMES
+from image_preflight.core.decide.workloads import CONTAINER_FIELDS, SCHEDULING_FIELDS, VOLUMES
 
 LIMIT = 4096  # entries per inventory
 KEY_CHARACTERS = 4096  # a spec whose deciding text is longer is decided every time

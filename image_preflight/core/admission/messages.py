@@ -7,7 +7,7 @@ agent-lightning fails a rollout at once only when the lower-cased error text con
 
 from __future__ import annotations
 
-from image_preflight.core.decision import INVALID, MISSING, NOT_CHECKED, UNKNOWN, Decision, ImageVerdict
+from image_preflight.core.decide.decision import INVALID, MISSING, NOT_CHECKED, UNKNOWN, Decision, ImageVerdict
 
 MAX_MESSAGE = 1024  # bytes, so the relayed error stays readable in controller logs
 MAX_WARNING = 120  # the apiserver truncates at 256; shorter reads well in kubectl
@@ -41,7 +41,7 @@ def _by_sandbox_image(decision: Decision) -> list[tuple[str, tuple[str, ...]]]:
 
 
 def sandbox_clauses(decision: Decision) -> list[str]:
-    """One clause per sandbox image that eligible nodes' runtimes lack (core/decision.py, decide_images)."""
+    """One clause per sandbox image that eligible nodes' runtimes lack (core/decide/decision.py, decide_images)."""
     return [f"eligible node(s) {_nodes(nodes)} cannot start any pod: the container runtime lacks its sandbox "
             f"image {image!r}, so the pod would wait in ContainerCreating (FailedCreatePodSandBox); {SANDBOX_ADVICE}"
             for image, nodes in _by_sandbox_image(decision)]

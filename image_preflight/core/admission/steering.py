@@ -1,6 +1,6 @@
 """Steering: restrict a Pod to the eligible nodes that hold all its node-local images.
 
-Pure. `plan` reads a REQUIRE_ALL decision (core/decision.py) and says whom to steer to, or why
+Pure. `plan` reads a REQUIRE_ALL decision (core/decide/decision.py) and says whom to steer to, or why
 not; `patch` writes the JSONPatch that ANDs "one of those nodes" into the Pod's required node
 affinity, and nothing else.
 
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from image_preflight.core.objects import as_mapping, is_mapping
-from image_preflight.core.decision import ALLOW, INVALID, MISSING, UNKNOWN, Decision, holding_nodes
+from image_preflight.core.decide.decision import ALLOW, INVALID, MISSING, UNKNOWN, Decision, holding_nodes
 
 STEERED_TO = "image-preflight.io/steered-to"
 # Node names a patch may write. Each is one term of at most ~300 bytes (a 253-character name in

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from image_preflight.core.objects import as_mapping, as_text
-from image_preflight.core.pull_failures import (
+from image_preflight.core.watchdog.pull_failures import (
     FAILED_SANDBOX,
     Owner,
     SandboxFailure,
