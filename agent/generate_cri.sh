@@ -4,7 +4,7 @@
 # Use grpcio-tools 1.49.1 (PYTHON picks the interpreter that has it; default: python): the oldest
 # generator with Python 3.11 wheels. Its stubs check no runtime version and need only protobuf's
 # builder (3.20) and grpcio's channel API, so the agent runs beside a training stack's pins
-# (protobuf>=3.20.3, grpcio>=1.49.1, up to today's releases; tests/test_packaging.py checks both ends).
+# (protobuf>=3.20.3, grpcio>=1.49.1, up to today's releases; tests/packaging/test_packaging.py checks both ends).
 set -eu
 cd "$(dirname "$0")/.."
 "${PYTHON:-python}" -c 'import grpc_tools, importlib.metadata as m; v = m.version("grpcio-tools"); assert v == "1.49.1", f"grpcio-tools {v}, not 1.49.1"'

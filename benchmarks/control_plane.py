@@ -5,7 +5,7 @@
 
 The cold build downloads every module and compiles everything into empty GOMODCACHE and GOCACHE
 folders, as on a new CI machine; the warm build is `tests/controlplane/build` run again with
-nothing changed. The fault delays come from tests/test_cluster_faults.py, run --repeat times;
+nothing changed. The fault delays come from tests/cluster/test_cluster_faults.py, run --repeat times;
 each figure is the median over the runs.
 """
 
@@ -48,7 +48,7 @@ def fault_delays(env: dict[str, str], repeat: int) -> dict[str, list[float]]:
     with tempfile.NamedTemporaryFile("r", suffix=".jsonl") as figures:
         for _ in range(repeat):
             subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                            "tests/test_cluster_faults.py"], cwd=ROOT, check=True, capture_output=True,
+                            "tests/cluster/test_cluster_faults.py"], cwd=ROOT, check=True, capture_output=True,
                            env={**env, "IMAGE_PREFLIGHT_FIGURES": figures.name})
         runs = [json.loads(line) for line in figures.read().splitlines()]
     return {name: [run[name] for run in runs] for name in runs[0]}

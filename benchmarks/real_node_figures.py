@@ -7,8 +7,8 @@ webhook replica is deleted and while the Deployment is upgraded, and a renewed S
 
     .venv/bin/python benchmarks/real_node_figures.py --repeat 2
 
-Runs those tests of tests/test_real_node.py, tests/test_real_node_agentlightning.py and
-tests/test_real_node_deploy.py --repeat times with IMAGE_PREFLIGHT_FIGURES set, and prints each figure's runs, median first.
+Runs those tests of tests/cluster/test_real_node.py, tests/cluster/test_real_node_agentlightning.py and
+tests/cluster/test_real_node_deploy.py --repeat times with IMAGE_PREFLIGHT_FIGURES set, and prints each figure's runs, median first.
 """
 
 from __future__ import annotations
@@ -24,14 +24,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TESTS = [
-    "tests/test_real_node.py::test_an_image_imported_after_a_denial_is_admitted_once_the_kubelet_reports_it",
-    "tests/test_real_node.py::test_with_the_agent_an_import_is_admitted_within_seconds",
-    "tests/test_real_node_agentlightning.py::test_an_absent_image_fails_the_rollout_within_one_poll_with_our_words_and_no_job",
-    "tests/test_real_node_agentlightning.py::test_with_the_webhook_unreachable_the_watchdog_fails_the_job_and_the_rollout",
-    "tests/test_real_node_deploy.py::test_the_agent_pod_publishes_the_nodes_images",
-    "tests/test_real_node_deploy.py::test_a_replica_deleted_under_a_stream_of_creations_fails_none_and_admits_none_unchecked",
-    "tests/test_real_node_deploy.py::test_an_upgrade_to_a_new_tag_rolls_both_replicas_without_a_failed_admission",
-    "tests/test_real_node_deploy.py::test_a_certificate_rotated_in_the_secret_is_served_without_a_restart",
+    "tests/cluster/test_real_node.py::test_an_image_imported_after_a_denial_is_admitted_once_the_kubelet_reports_it",
+    "tests/cluster/test_real_node.py::test_with_the_agent_an_import_is_admitted_within_seconds",
+    "tests/cluster/test_real_node_agentlightning.py::test_an_absent_image_fails_the_rollout_within_one_poll_with_our_words_and_no_job",
+    "tests/cluster/test_real_node_agentlightning.py::test_with_the_webhook_unreachable_the_watchdog_fails_the_job_and_the_rollout",
+    "tests/cluster/test_real_node_deploy.py::test_the_agent_pod_publishes_the_nodes_images",
+    "tests/cluster/test_real_node_deploy.py::test_a_replica_deleted_under_a_stream_of_creations_fails_none_and_admits_none_unchecked",
+    "tests/cluster/test_real_node_deploy.py::test_an_upgrade_to_a_new_tag_rolls_both_replicas_without_a_failed_admission",
+    "tests/cluster/test_real_node_deploy.py::test_a_certificate_rotated_in_the_secret_is_served_without_a_restart",
 ]
 
 

@@ -4,7 +4,7 @@ agent-lightning's client (kr8s) sees it, on the real control plane with the real
 
     .venv/bin/python benchmarks/watchdog_latency.py --repeat 3
 
-Runs tests/test_cluster_watchdog.py's ErrImageNeverPull test --repeat times (the watchdog with
+Runs tests/cluster/test_cluster_watchdog.py's ErrImageNeverPull test --repeat times (the watchdog with
 --grace 3) and prints the median and the largest figure. Without the watchdog the Job would wait
 for agent-lightning's deadline, 1,800 s.
 """
@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TEST = "tests/test_cluster_watchdog.py::test_a_job_whose_pod_waits_with_err_image_never_pull_fails_and_kr8s_sees_it"
+TEST = "tests/cluster/test_cluster_watchdog.py::test_a_job_whose_pod_waits_with_err_image_never_pull_fails_and_kr8s_sees_it"
 
 
 def main() -> int:

@@ -73,7 +73,7 @@ def webhook_configuration(configurations: Sequence[Mapping]) -> tuple[list[Findi
             found = [Finding(OK, f"ValidatingWebhookConfiguration {name} sends reviews to Service "
                              f"{target.namespace}/{target.service}:{target.port} (failurePolicy {target.failure_policy})")]
             if target.failure_policy == "Fail":
-                # Measured with agentlightning 1.0.2 (tests/test_real_node_agentlightning.py): its
+                # Measured with agentlightning 1.0.2 (tests/cluster/test_real_node_agentlightning.py): its
                 # controller retries a creation refused without "invalid" for ever, no Job exists.
                 found.append(Finding(PROBLEM, f"ValidatingWebhookConfiguration {name} has failurePolicy Fail: while "
                                      "the webhook is away, agent-lightning's rollouts stay queuing with no Job, "

@@ -37,7 +37,7 @@ PAGE = 500  # objects per list page for small objects (kubectl's chunk size)
 SILENCE_TIMEOUT_S = 90.0
 # client-go's reflector backs off to 30 s to spare a large apiserver from thousands of clients;
 # two webhook replicas cost nothing, and each second of backoff after an apiserver restart is a
-# second of decisions on a stale view (tests/test_cluster_faults.py measures it).
+# second of decisions on a stale view (tests/cluster/test_cluster_faults.py measures it).
 BACKOFF_MAX_S = 5.0
 
 

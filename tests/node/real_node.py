@@ -66,7 +66,7 @@ DEBIAN_TOOLS = {"runc": "runc", "nsenter": "util-linux", "ip": "iproute2", "ipta
 CNI_BIN = Path("/usr/lib/cni")  # Debian's containernetworking-plugins
 READY_DEADLINE_S = 90.0
 # containerd's root lives on a filesystem of the node's own, so that the kubelet's image GC and
-# doctor judge a disk the tests control (tests/test_real_node_gc.py fills it). Sparse: the host
+# doctor judge a disk the tests control (tests/cluster/test_real_node_gc.py fills it). Sparse: the host
 # disk holds only what is written. The built image-preflight image (about 0.8 GB unpacked, with
 # its layers) and the other tests' images stay well under the default 85 %.
 IMAGEFS_BYTES = 4 * 2**30

@@ -1,0 +1,608 @@
+"""The node agent: `--print` against a real containerd, publishing through the real kubernetes
+client to the real control plane; to the in-process double only for injected error answers."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from image_preflight.agent.cri import ImageClient, RuntimeImage
+from image_preflight.agent.inventory import (
+    CHANGED, CREATE, RENEW, fingerprint, image_dicts, node_images_object, publish_reason, sandbox_image_report)
+from image_preflight.agent.publisher import Agent, PublishError, Publisher
+from image_preflight.cli import build_parser, main
+from tests.containerd import SANDBOX_IMAGE, Containerd, build_oci_archive_many, import_image, manifest_digest, remove, tag
+from tests.controlplane.cluster import ControlPlane
+from tests.fake_apiserver import FakeApiServer
+from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time, parse_time
+from image_preflight.core.sources.snapshots import load_snapshot
+
+NODE = "cpu-1"
+ROOT = Path(__file__).resolve().parents[2]
+DEADLINE_S = 15.0
+ALPHA = "docker.io/library/alpha:v1"
+SWE = "docker.io/swebench/sweb.eval.x86_64.astropy__astropy-12907:openai"
+TOOL = "registry.example.com:5000/team/tool:2.0"
+T0 = 1_800_000_000.0  # a whole second, so observedAt round-trips exactly
+SANDBOX = SANDBOX_IMAGE
+
+
+def wait_until(condition: Callable[[], object], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        time.sleep(0.02)
+
+
+@dataclass
+class Cluster:
+    """The real apiserver as the agent of one node of this test uses it: `api` acts as the agent's
+    ServiceAccount, whose requests the audit log holds; the rest reads as admin."""
+
+    plane: ControlPlane
+    node: str
+    kubeconfig: Path
+    api: k8s.ApiClient
+
+    def stored(self) -> dict | None:
+        try:
+            return k8s.CustomObjectsApi(self.plane.core().api_client).get_cluster_custom_object(
+                GROUP, VERSION, PLURAL, self.node)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def requests(self) -> list[tuple[str, int]]:
+        """The agent's requests on NodeImages objects, in order: verb and answer code."""
+        return [(r["verb"], r["code"]) for r in self.plane.audited_requests(self.kubeconfig) if r["resource"] == PLURAL]
+
+    def writes(self) -> list[str]:
+        """The verbs of the agent's writes on NodeImages objects, in order, refused ones too."""
+        return [verb for verb, _ in self.requests() if verb in ("create", "update", "patch")]
+
+    def all_tags(self) -> list[str]:
+        return [name for i in self.stored()["spec"]["images"] for name in i["repoTags"]]
+
+
+@pytest.fixture
+def cluster(service_accounts, case, tmp_path) -> Iterator[Cluster]:
+    kubeconfig = service_accounts.service_account_kubeconfig("image-preflight-agent", "image-preflight-agent",
+                                                             tmp_path / "agent.kubeconfig")
+    api_client = service_accounts.api_client(kubeconfig)
+    yield Cluster(service_accounts, case.name(NODE), kubeconfig, api_client)
+    api_client.close()
+
+
+def names_by_id(images: list[dict]) -> dict[str, tuple[list[str], list[str]]]:
+    return {image["id"]: (image["repoTags"], image["repoDigests"]) for image in images}
+
+
+def import_images(runtime: Containerd, directory: Path, names: list[str]) -> dict[str, str]:
+    """Imports one image per name; returns {name: id}."""
+    archive = directory / f"images-{len(list(directory.iterdir()))}.tar"
+    ids = build_oci_archive_many(archive, names)
+    import_image(runtime.socket, archive)
+    return dict(zip(names, ids))
+
+
+def wait_listed(runtime: Containerd, count: int) -> None:
+    """Until CRI lists `count` images: it learns of imports a moment after ctr returns."""
+    with ImageClient(runtime.endpoint) as client:
+        wait_until(lambda: len(client.list_images()) == count, f"CRI lists {count} images")
+
+
+def printed(capsys, endpoint: str, *extra: str) -> dict:
+    assert main(["agent", "--print", "--node", NODE, "--cri-endpoint", endpoint, *extra]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def printed_when(capsys, endpoint: str, done: Callable[[list[dict]], bool]) -> dict:
+    """`--print` once the runtime's list satisfies `done` (CRI learns of changes a moment after ctr
+    returns), or the last one printed when the deadline passes."""
+    deadline = time.monotonic() + DEADLINE_S
+    obj = printed(capsys, endpoint)
+    while not done(obj["spec"]["images"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        obj = printed(capsys, endpoint)
+    return obj
+
+
+def image(image_id: str, *tags: str, digests: tuple[str, ...] = (), size: int = 1000) -> dict:
+    return {"id": image_id, "repoTags": sorted(tags), "repoDigests": sorted(digests), "size": size, "pinned": False}
+
+
+SAMPLE = [image("sha256:" + "a" * 64, ALPHA), image("sha256:" + "b" * 64, SWE, size=2000)]
+
+
+class Clock:
+    def __init__(self, now: float = T0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def running(cluster) -> Iterator[Callable[..., Agent]]:
+    """Starts Agents of the cluster's node in threads; stops and closes them at the end."""
+    started: list[tuple[Agent, threading.Event, threading.Thread]] = []
+
+    def start(endpoint: str, *, lease: int = 60, **options) -> Agent:
+        options = {"interval": 0.05, "exit_after_failures": 0, **options}
+        agent = Agent(ImageClient(endpoint, timeout=2.0), Publisher(cluster.api, cluster.node, lease_seconds=lease),
+                      **options)
+        stop = threading.Event()
+        thread = threading.Thread(target=agent.run, args=(stop,), daemon=True)
+        thread.start()
+        started.append((agent, stop, thread))
+        return agent
+
+    yield start
+    for agent, stop, thread in started:
+        stop.set()
+        thread.join(10)
+        agent.images.close()
+
+
+# -- --print against a real containerd ------------------------------------------------------
+
+
+def test_print_lists_every_imported_image_with_its_tags_and_digests(containerd, tmp_path, capsys):
+    ids = import_images(containerd, tmp_path, [ALPHA, SWE, TOOL])
+    tag(containerd.socket, ALPHA, "docker.io/library/alpha:v2")
+    by_digest = "docker.io/library/alpha@" + manifest_digest(containerd.socket, ALPHA)
+    tag(containerd.socket, ALPHA, by_digest)
+    want = {
+        ids[ALPHA]: (sorted([ALPHA, "docker.io/library/alpha:v2"]), [by_digest]),
+        ids[SWE]: ([SWE], []),
+        ids[TOOL]: ([TOOL], []),
+    }
+
+    obj = printed_when(capsys, containerd.endpoint, lambda images: names_by_id(images) == want)
+
+    assert (obj["apiVersion"], obj["kind"], obj["metadata"]["name"]) == (f"{GROUP}/{VERSION}", "NodeImages", NODE)
+    spec = obj["spec"]
+    assert names_by_id(spec["images"]) == want
+    assert [i["id"] for i in spec["images"]] == sorted(ids.values())
+    assert all(i["size"] > 0 and i["pinned"] is False for i in spec["images"])
+    assert (spec["nodeName"], spec["leaseDurationSeconds"], spec["imageCount"]) == (NODE, 300, 3)
+    assert abs(parse_time(spec["observedAt"], "observedAt") - time.time()) < 120
+    # The snapshot format the scanner and `serve --inventory` read: complete, from the runtime.
+    node = load_snapshot(json.dumps(obj), source="printed").get(NODE)
+    assert node is not None and node.complete and node.source == "cri"
+    assert {"docker.io/library/alpha:v2", by_digest, TOOL} <= node.refs
+
+
+def test_print_reports_whether_the_runtime_holds_its_sandbox_image(containerd, tmp_path, capsys):
+    assert printed(capsys, containerd.endpoint)["spec"]["sandboxImage"] == {"name": SANDBOX, "present": False}
+    import_images(containerd, tmp_path, [SANDBOX])
+    obj = printed_when(capsys, containerd.endpoint, lambda images: len(images) == 1)
+    assert obj["spec"]["sandboxImage"] == {"name": SANDBOX, "present": True}
+    # The runtime's own answer wins over --sandbox-image, which is for runtimes that name none.
+    obj = printed(capsys, containerd.endpoint, "--sandbox-image", "registry.k8s.io/pause:3.10")
+    assert obj["spec"]["sandboxImage"] == {"name": SANDBOX, "present": True}
+
+
+def test_print_takes_the_node_from_node_name_and_the_lease_from_the_flag(containerd, capsys, monkeypatch):
+    monkeypatch.setenv("NODE_NAME", "from-downward-api")
+    assert main(["agent", "--print", "--cri-endpoint", containerd.endpoint, "--lease", "90"]) == 0
+    obj = json.loads(capsys.readouterr().out)
+    assert (obj["metadata"]["name"], obj["spec"]["leaseDurationSeconds"], obj["spec"]["images"]) == (
+        "from-downward-api", 90, [])
+
+
+def test_print_without_a_runtime_is_a_one_line_error(tmp_path, capsys):
+    socket = tmp_path / "absent.sock"
+    assert main(["agent", "--print", "--node", NODE, "--cri-endpoint", str(socket)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("image-preflight agent: CRI endpoint ") and str(socket) in err
+    assert "\n" not in err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--publish"], "--node: not given and NODE_NAME is not set"),
+        (["--publish", "--node", NODE, "--interval", "100"], "below a third of --lease (100 s)"),
+        (["--publish", "--node", NODE, "--lease", "0"], "--lease: must be at least 1 second"),
+        (["--publish", "--node", NODE, "--cri-endpoint", "tcp://x:1"], "unsupported CRI endpoint"),
+    ],
+)
+def test_bad_flags_are_named(argv, message, capsys, monkeypatch):
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    assert main(["agent", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+# -- the publishing agent against a real containerd -----------------------------------------
+
+
+def test_published_list_follows_tags_added_and_removed(containerd, tmp_path, capsys, cluster, running):
+    ids = import_images(containerd, tmp_path, [ALPHA, SWE])
+    wait_listed(containerd, 2)
+    agent = running(containerd.endpoint)
+    wait_until(cluster.stored, "the object is created")
+    assert sorted(cluster.all_tags()) == sorted([ALPHA, SWE])
+
+    extra = "docker.io/library/alpha:v2"
+    tag(containerd.socket, ALPHA, extra)
+    wait_until(lambda: extra in cluster.all_tags(), "the added tag is published")
+    remove(containerd.socket, SWE)
+    wait_until(lambda: SWE not in cluster.all_tags(), "the removed tag is gone")
+
+    published = cluster.stored()["spec"]["images"]
+    # What --print lists now is what the running agent published: the runtime's view.
+    assert published == printed(capsys, containerd.endpoint)["spec"]["images"]
+    # CRI keeps an image by id after its last name is removed (see test_cri).
+    assert names_by_id(published) == {ids[ALPHA]: (sorted([ALPHA, extra]), []), ids[SWE]: ([], [])}
+    assert cluster.writes() == ["create", "update", "update"]
+    assert agent.cri_failures == 0
+
+
+def test_the_published_sandbox_image_follows_the_runtime_and_is_warned_about_once_each_way(
+    containerd, tmp_path, cluster, running, caplog
+):
+    caplog.set_level(logging.INFO, logger="image_preflight.agent")
+    agent = running(containerd.endpoint)
+    wait_until(cluster.stored, "the object is created")
+    assert cluster.stored()["spec"]["sandboxImage"] == {"name": SANDBOX, "present": False}
+    cycles = agent.cycles
+    wait_until(lambda: agent.cycles >= cycles + 5, "five more cycles")
+
+    ids = import_images(containerd, tmp_path, [SANDBOX])
+    wait_until(lambda: cluster.stored()["spec"]["sandboxImage"]["present"], "the sandbox image is reported present")
+    remove(containerd.socket, SANDBOX)
+    wait_until(lambda: not cluster.stored()["spec"]["sandboxImage"]["present"], "it is reported absent again")
+    # CRI still lists the image by id; by name, the runtime cannot find it.
+    assert list(names_by_id(cluster.stored()["spec"]["images"])) == [ids[SANDBOX]]
+
+    messages = [r.getMessage() for r in caplog.records if "sandbox image" in r.getMessage()]
+    absent = (f"sandbox image {SANDBOX} is not on the runtime at {containerd.endpoint}: every pod sandbox needs it,"
+              " so unless the runtime can pull it, pods here wait in ContainerCreating (FailedCreatePodSandBox)")
+    assert messages == [absent, f"sandbox image {SANDBOX} is on the runtime again", absent]
+    assert [r.levelno for r in caplog.records if "sandbox image" in r.getMessage()] == [
+        logging.WARNING, logging.INFO, logging.WARNING]
+
+
+def test_agent_recovers_after_containerd_restarts_and_leaves_the_object_alone_meanwhile(
+    containerd, tmp_path, cluster, running
+):
+    ids = import_images(containerd, tmp_path, [ALPHA])
+    wait_listed(containerd, 1)
+    clock = Clock()
+    agent = running(containerd.endpoint, lease=30, clock=clock)
+    wait_until(cluster.stored, "the object is created")
+    version = cluster.stored()["metadata"]["resourceVersion"]
+
+    containerd.stop()
+    wait_until(lambda: agent.cri_failures >= 1, "the agent notices the runtime is gone")
+    clock.now = T0 + 29  # the lease is due for renewal, but there is no list to renew with
+    failures = agent.cri_failures
+    wait_until(lambda: agent.cri_failures >= failures + 2, "two more cycles fail")
+    assert cluster.stored()["metadata"]["resourceVersion"] == version
+
+    containerd.start()
+    wait_until(lambda: cluster.stored()["metadata"]["resourceVersion"] != version, "the lease is renewed")
+    assert agent.cri_failures == 0
+    assert cluster.stored()["spec"]["observedAt"] == format_time(T0 + 29)
+    tag(containerd.socket, ALPHA, "docker.io/library/alpha:after-restart")
+    wait_until(lambda: "docker.io/library/alpha:after-restart" in cluster.all_tags(),
+               "changes after the restart are published")
+    assert list(names_by_id(cluster.stored()["spec"]["images"])) == [ids[ALPHA]]
+
+
+def test_agent_gives_up_when_the_runtime_stays_away(tmp_path, cluster):
+    agent = Agent(ImageClient(str(tmp_path / "absent.sock"), timeout=1.0),
+                  Publisher(cluster.api, cluster.node, lease_seconds=30), interval=0.01, exit_after_failures=3)
+    with agent.images:
+        assert agent.run(threading.Event()) is False
+    assert agent.cri_failures == 3
+    assert cluster.stored() is None and cluster.requests() == []
+
+
+def test_publish_command_exits_1_when_the_runtime_stays_away(tmp_path, cluster, capsys):
+    code = main(["agent", "--publish", "--node", cluster.node, "--cri-endpoint", str(tmp_path / "absent.sock"),
+                 "--kubeconfig", str(cluster.kubeconfig), "--interval", "0.01", "--exit-after-failures", "2"])
+    assert code == 1
+    assert cluster.stored() is None
+
+
+def test_sigterm_stops_the_publishing_agent_cleanly(containerd, tmp_path, cluster):
+    import_images(containerd, tmp_path, [ALPHA])
+    wait_listed(containerd, 1)
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "image_preflight", "agent", "--publish", "--cri-endpoint", containerd.endpoint,
+         "--kubeconfig", str(cluster.kubeconfig), "--interval", "0.2"],
+        cwd=ROOT, env={**os.environ, "NODE_NAME": cluster.node}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: cluster.stored() or agent.poll() is not None, "the agent publishes")
+        agent.send_signal(signal.SIGTERM)
+        out, err = agent.communicate(timeout=DEADLINE_S)
+    finally:
+        agent.kill()
+    assert agent.returncode == 0, err
+    assert "stopped" in err and out == ""
+    assert cluster.all_tags() == [ALPHA]
+
+
+# -- publishing through the real kubernetes client ------------------------------------------
+
+
+@pytest.fixture
+def publisher(cluster) -> Publisher:
+    return Publisher(cluster.api, cluster.node, lease_seconds=30)
+
+
+def test_first_publish_creates_the_object_named_after_the_node(cluster, publisher):
+    assert publisher.publish(SAMPLE, now=T0) == CREATE
+    obj = cluster.stored()
+    assert obj["metadata"]["name"] == cluster.node
+    assert obj["spec"] == {"nodeName": cluster.node, "observedAt": format_time(T0), "leaseDurationSeconds": 30,
+                           "images": SAMPLE, "imageCount": 2}
+    assert cluster.requests() == [("get", 404), ("create", 201)]
+
+
+def test_unchanged_images_are_not_rewritten_until_the_lease_is_due(cluster, publisher):
+    publisher.publish(SAMPLE, now=T0)
+    version = cluster.stored()["metadata"]["resourceVersion"]
+    reordered = [dict(i, repoTags=list(reversed(i["repoTags"]))) for i in reversed(SAMPLE)]
+    for now in (T0 + 1, T0 + 10, T0 + 19.9):
+        assert publisher.publish(reordered, now=now) is None
+    assert cluster.stored()["metadata"]["resourceVersion"] == version
+    assert cluster.writes() == ["create"]
+
+    # Less than a third of the 30 s lease left: renewed, with the new observation time.
+    assert publisher.publish(SAMPLE, now=T0 + 20) == RENEW
+    obj = cluster.stored()
+    assert obj["metadata"]["resourceVersion"] != version
+    assert obj["spec"]["observedAt"] == format_time(T0 + 20)
+    assert cluster.writes() == ["create", "update"]
+
+
+def test_an_added_tag_rewrites_the_object(cluster, publisher):
+    publisher.publish(SAMPLE, now=T0)
+    changed = [dict(SAMPLE[0], repoTags=[ALPHA, "docker.io/library/alpha:v2"]), SAMPLE[1]]
+    assert publisher.publish(changed, now=T0 + 1) == CHANGED
+    assert cluster.stored()["spec"]["images"] == changed
+    assert cluster.stored()["spec"]["observedAt"] == format_time(T0 + 1)
+
+
+def test_a_conflicting_write_is_read_again_and_retried(cluster, publisher):
+    publisher.publish(SAMPLE, now=T0)
+    # Someone else writes the object, so the publisher's resourceVersion is stale.
+    other = cluster.stored()
+    other["spec"]["images"] = SAMPLE[:1]
+    k8s.CustomObjectsApi(cluster.plane.core().api_client).replace_cluster_custom_object(
+        GROUP, VERSION, PLURAL, cluster.node, other)
+
+    assert publisher.publish(SAMPLE[1:], now=T0 + 1) == CHANGED
+    assert cluster.stored()["spec"]["images"] == SAMPLE[1:]
+    assert cluster.requests() == [("get", 404), ("create", 201), ("update", 409), ("get", 200), ("update", 200)]
+
+
+def test_a_deleted_object_is_created_again(cluster, publisher):
+    publisher.publish(SAMPLE, now=T0)
+    k8s.CustomObjectsApi(cluster.plane.core().api_client).delete_cluster_custom_object(
+        GROUP, VERSION, PLURAL, cluster.node)
+    assert publisher.publish(SAMPLE[:1], now=T0 + 1) == CREATE
+    assert cluster.stored()["spec"]["images"] == SAMPLE[:1]
+    assert cluster.writes() == ["create", "update", "create"]
+
+
+def test_an_object_from_a_previous_run_is_taken_over_without_a_write(cluster):
+    Publisher(cluster.api, cluster.node, lease_seconds=30).publish(SAMPLE, now=T0)
+    restarted = Publisher(cluster.api, cluster.node, lease_seconds=30)
+    assert restarted.publish(SAMPLE, now=T0 + 5) is None
+    assert cluster.writes() == ["create"]
+    # A different lease is written at once: readers must use the one the agent keeps.
+    assert Publisher(cluster.api, cluster.node, lease_seconds=60).publish(SAMPLE, now=T0 + 6) == RENEW
+
+
+# -- injected error answers, on the in-process double ----------------------------------------
+
+
+@pytest.fixture
+def double(fake_apiserver: FakeApiServer) -> FakeApiServer:
+    fake_apiserver.register(group=GROUP, version=VERSION, resource=PLURAL, kind="NodeImages")
+    return fake_apiserver
+
+
+@pytest.fixture
+def double_publisher(double, fake_api_client) -> Publisher:
+    return Publisher(fake_api_client, NODE, lease_seconds=30)
+
+
+def test_an_injected_conflict_is_retried(double, double_publisher):
+    double_publisher.publish(SAMPLE, now=T0)
+    double.fail_next(1, status=409)
+    assert double_publisher.publish(SAMPLE[:1], now=T0 + 1) == CHANGED
+    assert double.get_object(PLURAL, NODE, group=GROUP, version=VERSION)["spec"]["images"] == SAMPLE[:1]
+    assert [r.method for r in double.requests] == ["GET", "POST", "PUT", "GET", "PUT"]  # the first PUT answered 409
+
+
+def test_server_errors_raise_one_line_and_the_next_cycle_recovers(double, double_publisher):
+    double_publisher.publish(SAMPLE, now=T0)
+    double.fail_next(1, status=500, message="etcd is having a bad day")
+    with pytest.raises(PublishError) as raised:
+        double_publisher.publish(SAMPLE[:1], now=T0 + 1)
+    assert str(raised.value) == f"{PLURAL}/{NODE}: cannot write: HTTP 500 Internal Server Error: etcd is having a bad day"
+    assert double_publisher.publish(SAMPLE[:1], now=T0 + 2) == CHANGED
+    assert double.get_object(PLURAL, NODE, group=GROUP, version=VERSION)["spec"]["images"] == SAMPLE[:1]
+
+
+def test_fingerprint_ignores_order_and_sees_every_field():
+    runtime = [
+        RuntimeImage("sha256:" + "b" * 64, (SWE,), (), 2000, False),
+        RuntimeImage("sha256:" + "a" * 64, ("docker.io/library/alpha:v2", ALPHA), (), 1000, False),
+    ]
+    listed = image_dicts(runtime)
+    assert [i["id"] for i in listed] == sorted(i.id for i in runtime)
+    assert listed[0]["repoTags"] == [ALPHA, "docker.io/library/alpha:v2"]
+    assert fingerprint(listed) == fingerprint(image_dicts(reversed(runtime)))
+    for changed in ({"pinned": True}, {"size": 1}, {"repoDigests": ["docker.io/library/alpha@sha256:" + "c" * 64]}):
+        assert fingerprint([dict(listed[0], **changed), listed[1]]) != fingerprint(listed)
+
+
+@pytest.mark.parametrize(
+    "sandbox, present",
+    [
+        ("registry.k8s.io/pause:3.9", True),
+        ("pause:3.9", True),  # docker.io/library/pause:3.9, as the runtime resolves it
+        ("docker.io/library/pause:3.9", True),
+        ("docker.io/library/pause", False),  # :latest
+        ("registry.k8s.io/pause:3.10", False),
+        ("registry.k8s.io/pause@sha256:" + "d" * 64, True),
+        ("sha256:" + "c" * 64, True),  # an image ID
+        ("sha256:" + "e" * 64, False),
+        ("Not/A:Valid:Ref", False),
+    ],
+)
+def test_the_sandbox_image_is_found_by_the_name_the_runtime_resolves(sandbox, present):
+    images = [image("sha256:" + "c" * 64, "docker.io/library/pause:3.9"),
+              image("sha256:" + "f" * 64, "registry.k8s.io/pause:3.9", "<none>:<none>",
+                    digests=("registry.k8s.io/pause@sha256:" + "d" * 64,))]
+    assert sandbox_image_report(sandbox, images) == {"name": sandbox, "present": present}
+
+
+def test_a_changed_sandbox_report_alone_rewrites_the_object():
+    absent, present = {"name": SANDBOX, "present": False}, {"name": SANDBOX, "present": True}
+    stored = node_images_object(NODE, SAMPLE, observed_at=T0, lease_seconds=30, sandbox_image=absent)
+    assert stored["spec"]["sandboxImage"] == absent
+    assert publish_reason(stored, SAMPLE, now=T0 + 1, lease_seconds=30, sandbox_image=absent) is None
+    assert publish_reason(stored, SAMPLE, now=T0 + 1, lease_seconds=30, sandbox_image=present) == CHANGED
+    assert publish_reason(stored, SAMPLE, now=T0 + 1, lease_seconds=30) == CHANGED  # no longer known
+    unknown = node_images_object(NODE, SAMPLE, observed_at=T0, lease_seconds=30)
+    assert "sandboxImage" not in unknown["spec"]
+    assert publish_reason(unknown, SAMPLE, now=T0 + 1, lease_seconds=30, sandbox_image=absent) == CHANGED
+
+
+def test_an_apiserver_that_drops_the_sandbox_field_is_not_rewritten_every_cycle(double, double_publisher, caplog,
+                                                                                monkeypatch):
+    """A CRD from before spec.sandboxImage prunes it from every write."""
+    write = Publisher._write
+
+    def pruning(self, body):
+        stored = write(self, body)
+        stored["spec"].pop("sandboxImage", None)
+        return stored
+
+    monkeypatch.setattr(Publisher, "_write", pruning)
+    sandbox = {"name": SANDBOX, "present": False}
+    assert double_publisher.publish(SAMPLE, now=T0, sandbox_image=sandbox) == CREATE
+    for now in (T0 + 1, T0 + 2, T0 + 3):
+        assert double_publisher.publish(SAMPLE, now=now, sandbox_image=sandbox) is None
+    assert [r.method for r in double.requests] == ["GET", "POST"]
+    (warning,) = [r.getMessage() for r in caplog.records if "sandboxImage" in r.getMessage()]
+    assert warning.startswith(f"{PLURAL}/{NODE}: the apiserver dropped spec.sandboxImage")
+
+
+# -- deploy/agent ---------------------------------------------------------------------------
+
+
+def agent_manifests() -> list[dict]:
+    documents = []
+    for path in sorted((ROOT / "deploy" / "agent").glob("*.yaml")):
+        if path.name != "kustomization.yaml":
+            documents += [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+    return documents
+
+
+def manifest(kind: str) -> dict:
+    (found,) = [d for d in agent_manifests() if d["kind"] == kind]
+    return found
+
+
+def undeclared(value: object, schema: dict, path: str = "") -> list[str]:
+    """Fields the apiserver would prune: not declared in the structural schema."""
+    if isinstance(value, dict) and "properties" in schema:
+        return [f"{path}.{key}" for key in value if key not in schema["properties"]] + [
+            problem for key, item in value.items() if key in schema["properties"]
+            for problem in undeclared(item, schema["properties"][key], f"{path}.{key}")]
+    if isinstance(value, list) and "items" in schema:
+        return [problem for n, item in enumerate(value) for problem in undeclared(item, schema["items"], f"{path}[{n}]")]
+    return []
+
+
+def test_the_published_object_fits_the_crd_and_loses_nothing_to_pruning():
+    crd = manifest("CustomResourceDefinition")
+    assert (crd["metadata"]["name"], crd["spec"]["group"], crd["spec"]["scope"]) == (f"{PLURAL}.{GROUP}", GROUP, "Cluster")
+    assert (crd["spec"]["names"]["plural"], crd["spec"]["names"]["kind"]) == (PLURAL, "NodeImages")
+    (version,) = crd["spec"]["versions"]
+    assert version["name"] == VERSION and version["served"] and version["storage"]
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Node"] == ".spec.nodeName" and columns["Images"] == ".spec.imageCount"
+    assert columns["Observed"] == ".spec.observedAt" and columns["Sandbox"] == ".spec.sandboxImage.present"
+    schema = version["schema"]["openAPIV3Schema"]
+
+    obj = node_images_object(NODE, SAMPLE, observed_at=T0, lease_seconds=300)
+    jsonschema.validate(obj, schema)
+    assert undeclared(obj, schema) == []
+    with_sandbox = node_images_object(NODE, SAMPLE, observed_at=T0, lease_seconds=300,
+                                      sandbox_image={"name": SANDBOX, "present": False})
+    jsonschema.validate(with_sandbox, schema)
+    assert undeclared(with_sandbox, schema) == []
+    for broken in ({"name": SANDBOX}, {"name": "", "present": True}, {"name": SANDBOX, "present": "no"}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**obj, "spec": {**obj["spec"], "sandboxImage": broken}}, schema)
+    assert undeclared({**obj, "spec": {**obj["spec"], "extra": 1}}, schema) == [".spec.extra"]
+    assert obj["metadata"]["name"] == obj["spec"]["nodeName"]  # the CRD's CEL rule
+    for broken in ({"images": None}, {"leaseDurationSeconds": 0}, {"observedAt": 5}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**obj, "spec": {**obj["spec"], **broken}}, schema)
+
+
+def test_the_daemonset_runs_the_agent_on_the_mounted_socket_and_nothing_else_from_the_host():
+    daemonset = manifest("DaemonSet")
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    args = build_parser()[0].parse_args([*container["command"][1:], *container["args"]])
+    assert container["command"] == ["image-preflight"] and args.command == "agent" and args.publish
+    assert 0 < args.interval < args.lease / 3
+    (mount,) = container["volumeMounts"]
+    (volume,) = pod["volumes"]
+    assert volume["name"] == mount["name"] and mount["readOnly"] is True
+    assert volume["hostPath"] == {"path": mount["mountPath"], "type": "Socket"}
+    assert args.cri_endpoint == "unix://" + mount["mountPath"]
+    (env,) = container["env"]
+    assert env == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+    assert pod["nodeSelector"] == {"image-preflight.io/agent": "true"}
+    assert {"operator": "Exists"} in pod["tolerations"]
+    # Not root: the socket's group (root, 0660) is enough.
+    assert pod["securityContext"]["runAsUser"] != 0 and pod["securityContext"]["supplementalGroups"] == [0]
+    context = container["securityContext"]
+    assert context["readOnlyRootFilesystem"] and not context["allowPrivilegeEscalation"]
+    assert context["capabilities"] == {"drop": ["ALL"]} and context["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["serviceAccountName"] == manifest("ServiceAccount")["metadata"]["name"]
+
+
+def test_the_agent_may_touch_nodeimages_and_nothing_else():
+    (rule,) = manifest("ClusterRole")["rules"]
+    assert rule == {"apiGroups": [GROUP], "resources": [PLURAL],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch"]}
+    binding = manifest("ClusterRoleBinding")
+    account = manifest("ServiceAccount")["metadata"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}]
+    namespace = manifest("Namespace")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"  # hostPath
+    namespaced = [d for d in agent_manifests() if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding",
+                                                                     "CustomResourceDefinition")]
+    assert {d["metadata"]["namespace"] for d in namespaced} == {namespace["metadata"]["name"]}

@@ -1,0 +1,113 @@
+"""Steering on the real control plane: the self-signed overlay with deploy/components/steer, `serve
+--steer` running as its ServiceAccount, the real Job controller and kube-scheduler.
+
+Three schedulable nodes and a Job with parallelism 5 and no nodeSelector (agent-lightning's rollout
+shape): without steering the scheduler spreads its Pods over all three; with it every Pod is bound
+to a node that holds the image, and a Job whose image no node holds is denied at create."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from image_preflight.core.admission.steering import STEERED_TO
+from tests.controlplane.cluster import create_node, delete_namespaces, wait_for
+from tests.controlplane.webhook import ServedWebhook
+from tests.cluster.test_cluster_webhook import (  # noqa: F401 - deployed is a fixture
+    DENIED_PREFIX, ENFORCE_LABEL, _names, _namespace, deployed, job_manifest)
+from tests.deploy.test_deploy import SELF_SIGNED, deploy_copy  # noqa: F401 - fixture
+
+ID = uuid.uuid4().hex[:8]
+NODES = tuple(f"steer-{n}-{ID}" for n in "abc")
+ON_ONE = f"swe-smith/task-steer-one.{ID}:openai"  # on NODES[0]
+ON_TWO = f"swe-smith/task-steer-two.{ID}:openai"  # on NODES[0] and NODES[1]
+ON_ALL = f"swe-smith/task-steer-all.{ID}:openai"
+ON_NONE = f"swe-smith/task-steer-none.{ID}:openai"
+PODS = 5
+
+
+@pytest.fixture(scope="module")
+def steered(control_plane, deployed, deploy_copy, tmp_path_factory):  # noqa: F811 - fixtures
+    folder = tmp_path_factory.mktemp("steering")
+    overlay = deploy_copy / "_steer-on-self-signed"
+    overlay.mkdir(exist_ok=True)
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [f"../{SELF_SIGNED}"], "components": ["../components/steer"]}))
+    core = control_plane.core()
+    kubeconfig = control_plane.service_account_kubeconfig("image-preflight", "image-preflight", folder / "sa.kubeconfig")
+    served = ServedWebhook(control_plane, deployed, kubeconfig, folder / "serve.log", "--steer")
+    namespaces: list[str] = []
+    try:
+        images = {NODES[0]: [ON_ONE, ON_TWO, ON_ALL], NODES[1]: [ON_TWO, ON_ALL], NODES[2]: [ON_ALL]}
+        for name, held in images.items():
+            create_node(control_plane, name, images=[_names(image, "abcdef"[i]) for i, image in enumerate(held)],
+                        taints=[])
+        control_plane.kubectl("apply", "--server-side", "-k", str(overlay))
+        served.start()
+        namespace = _namespace(control_plane, ENFORCE_LABEL)
+        namespaces.append(namespace)
+        # The apiserver picks up both configurations from its informers: wait until it steers.
+        probe = {"metadata": {"generateName": "probe-"}, "spec": {"containers": [
+            {"name": "c", "image": ON_ONE, "imagePullPolicy": "IfNotPresent"}]}}
+        wait_for(lambda: (core.create_namespaced_pod(namespace, probe, dry_run="All").metadata.annotations or {})
+                 .get(STEERED_TO), "the apiserver calls /mutate", timeout_s=60)
+        yield control_plane, served, namespaces
+    finally:
+        served.stop()
+        delete_namespaces(control_plane, namespaces)
+        k8s.AdmissionregistrationV1Api(core.api_client).delete_mutating_webhook_configuration("image-preflight")
+        for name in NODES:
+            core.delete_node(name)
+
+
+def _run(steered, image: str) -> tuple[str, list]:
+    """Create a rollout-shaped Job with parallelism 5 in a new opted-in namespace; its bound Pods."""
+    plane, _, namespaces = steered
+    namespace = _namespace(plane, ENFORCE_LABEL)
+    namespaces.append(namespace)
+    core = plane.core()
+    k8s.BatchV1Api(core.api_client).create_namespaced_job(namespace, job_manifest("rollout", image, parallelism=PODS))
+    pods = wait_for(lambda: (found := [p for p in core.list_namespaced_pod(namespace).items if p.spec.node_name])
+                    and len(found) == PODS and found, f"{PODS} Pods bound", timeout_s=90)
+    return namespace, pods
+
+
+def test_every_pod_is_bound_to_the_one_node_that_holds_the_image(steered):
+    namespace, pods = _run(steered, ON_ONE)
+    assert {p.spec.node_name for p in pods} == {NODES[0]}
+    assert {p.metadata.annotations[STEERED_TO] for p in pods} == {"1 node"}
+    served = steered[1]
+    lines = [d for d in served.decisions() if d["namespace"] == namespace]
+    assert {(d["kind"], d["decision"]) for d in lines} >= {("Job", "allow"), ("Pod", "steered"), ("Pod", "allow")}
+
+
+def test_pods_are_bound_only_to_the_two_nodes_that_hold_the_image(steered):
+    _, pods = _run(steered, ON_TWO)
+    assert {p.spec.node_name for p in pods} <= set(NODES[:2])
+    assert {p.metadata.annotations[STEERED_TO] for p in pods} == {"2 nodes"}
+    for pod in pods:
+        terms = pod.spec.affinity.node_affinity.required_during_scheduling_ignored_during_execution.node_selector_terms
+        assert [t.match_fields[0].values for t in terms] == [[NODES[0]], [NODES[1]]]
+
+
+def test_a_pod_whose_image_every_node_holds_is_not_steered(steered):
+    namespace, pods = _run(steered, ON_ALL)
+    assert all(STEERED_TO not in (p.metadata.annotations or {}) and p.spec.affinity is None for p in pods)
+    lines = [d for d in steered[1].decisions() if d["namespace"] == namespace and d["decision"] == "not-steered"]
+    assert {d["detail"] for d in lines} == {"all-eligible-nodes-hold"}
+
+
+def test_a_job_whose_image_no_node_holds_is_denied_at_create(steered):
+    plane, _, namespaces = steered
+    namespace = _namespace(plane, ENFORCE_LABEL)
+    namespaces.append(namespace)
+    with pytest.raises(ApiException) as caught:
+        k8s.BatchV1Api(plane.core().api_client).create_namespaced_job(
+            namespace, job_manifest("rollout", ON_NONE, parallelism=PODS))
+    assert caught.value.status == 422
+    message = yaml.safe_load(caught.value.body)["message"]
+    assert message.startswith(DENIED_PREFIX) and ON_NONE in message

@@ -1,0 +1,283 @@
+"""A node whose runtime lacks its sandbox (pause) image starts no pod (core/decide/decision.py,
+decide_images): the decision, its words (core/admission/messages.py), steering (core/admission/steering.py), and the
+watchdog failing a Job whose Pod the kubelet reports so, on the real control plane.
+
+The kubelet creates a Pod's sandbox before it looks at any of its images
+(pkg/kubelet/kuberuntime/kuberuntime_manager.go, SyncPod), and containerd fails RunPodSandbox
+without its sandbox image (internal/cri/server/podsandbox/sandbox_run.go): so whatever a Pod's
+images and pull policies, it waits in ContainerCreating there."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+
+import pytest
+from kubernetes import client as k8s
+
+from image_preflight.core.admission import messages, steering
+from image_preflight.core.decide.decision import (
+    ALLOW,
+    DENY,
+    MISSING,
+    NOT_CHECKED,
+    PRESENT,
+    REQUIRE_ALL,
+    REQUIRE_ANY,
+    REQUIRE_ONE_NODE,
+    decide,
+)
+from image_preflight.core.decide.inventory import Inventory, NodeImages
+from image_preflight.core.decide.scheduling import NodeTraits, Taint
+from tests.core.test_decision import pod
+
+NOW = 1_796_000_000.0
+PAUSE = "registry.k8s.io/pause:3.10.1"
+IMAGE = "swe/task:openai"
+HELD = ("docker.io/" + IMAGE,)
+GPU = Taint("nvidia.com/gpu", "present", "NoSchedule")
+
+
+def node(name: str, *names: str, sandbox: str | None = None, expires_at: float | None = NOW + 300,
+         taints=()) -> NodeImages:
+    """A node as the node agent lists it: complete, leased; `sandbox` the sandbox image it lacks."""
+    return NodeImages.from_names(name, names, traits=NodeTraits(name, {}, tuple(taints)), complete=True,
+                                 observed_at=NOW, expires_at=expires_at, source="cri", sandbox_missing=sandbox)
+
+
+def cluster(*nodes: NodeImages) -> Inventory:
+    return Inventory(tuple(nodes))
+
+
+def statuses(decision) -> list[str]:
+    return [v.status for v in decision.verdicts]
+
+
+# --- the decision ---------------------------------------------------------------------------------
+
+
+def test_a_node_without_its_sandbox_image_lacks_every_image_even_those_it_holds():
+    decision = decide(pod(IMAGE), cluster(node("a", *HELD), node("b", *HELD, sandbox=PAUSE)), now=NOW)
+    assert decision.outcome == DENY
+    assert statuses(decision) == [MISSING] and decision.verdicts[0].missing_on == ("b",)
+    assert decision.sandbox_missing == (("b", PAUSE),)
+    assert decision.runnable == ("a",)
+    assert decision.image_missing_on(decision.verdicts[0]) == ()  # b lacks it only for want of a sandbox
+
+
+@pytest.mark.parametrize("policy", ["Always", "Never", "IfNotPresent"])
+def test_under_require_all_a_pod_that_may_land_there_is_denied_whatever_its_pull_policy(policy):
+    decision = decide(pod(IMAGE, policy=policy), cluster(node("a", *HELD), node("b", *HELD, sandbox=PAUSE)), now=NOW)
+    assert decision.outcome == DENY
+    # Always images stay unchecked (a pull gets them): the node, not the image, is what fails.
+    assert statuses(decision) == [NOT_CHECKED if policy == "Always" else MISSING]
+
+
+def test_under_require_any_some_node_that_can_start_the_pod_is_enough_and_none_is_a_denial():
+    always = pod(IMAGE, policy="Always")
+    mixed = cluster(node("a"), node("b", sandbox=PAUSE))
+    assert decide(always, mixed, require=REQUIRE_ANY, now=NOW).outcome == ALLOW
+    stranded = cluster(node("a", sandbox=PAUSE), node("b", sandbox=PAUSE))
+    assert decide(always, stranded, require=REQUIRE_ANY, now=NOW).outcome == DENY
+    # An image held only where no pod starts is held nowhere useful.
+    only_there = decide(pod(IMAGE), cluster(node("a"), node("b", *HELD, sandbox=PAUSE)), require=REQUIRE_ANY, now=NOW)
+    assert only_there.outcome == DENY and statuses(only_there) == [MISSING]
+
+
+def test_under_one_node_a_template_is_allowed_when_a_node_that_starts_pods_holds_its_images():
+    inventory = cluster(node("a", *HELD), node("b", *HELD, sandbox=PAUSE))
+    decision = decide(pod(IMAGE), inventory, require=REQUIRE_ONE_NODE, now=NOW)
+    assert decision.outcome == ALLOW and statuses(decision) == [PRESENT]
+    held_only_there = cluster(node("a"), node("b", *HELD, sandbox=PAUSE))
+    assert decide(pod(IMAGE), held_only_there, require=REQUIRE_ONE_NODE, now=NOW).outcome == DENY
+
+
+def test_a_stale_report_proves_nothing_and_the_remembered_decision_ends_with_its_lease():
+    inventory = cluster(node("a", *HELD), node("b", *HELD, sandbox=PAUSE, expires_at=NOW + 60))
+    before = decide(pod(IMAGE), inventory, now=NOW)
+    after = decide(pod(IMAGE), inventory, now=NOW + 60)
+    assert (before.outcome, after.outcome) == (DENY, ALLOW)
+    assert after.sandbox_missing == ()
+    assert decide(pod(IMAGE), inventory, now=NOW + 30) == before  # from memory, within the same window
+
+
+def test_a_remembered_decision_equals_a_fresh_one():
+    specs = [pod(IMAGE), pod(IMAGE, policy="Always"), pod(IMAGE, nodeName="a"), pod(IMAGE, nodeName="b")]
+
+    def inventory():
+        return cluster(node("a", *HELD), node("b", *HELD, sandbox=PAUSE))
+
+    remembering = inventory()
+    for spec in specs * 2:
+        assert decide(spec, remembering, now=NOW) == decide(spec, inventory(), now=NOW), spec
+
+
+def test_only_eligible_nodes_count():
+    inventory = cluster(node("a", *HELD), node("gpu", sandbox=PAUSE, taints=[GPU]))
+    assert decide(pod(IMAGE), inventory, now=NOW).outcome == ALLOW
+    assert decide(pod(IMAGE, nodeName="a"), inventory, now=NOW).outcome == ALLOW
+    assert decide(pod(IMAGE, nodeName="gpu"), inventory, now=NOW).sandbox_missing == (("gpu", PAUSE),)
+
+
+def test_a_node_that_holds_its_sandbox_image_is_unaffected():
+    assert decide(pod(IMAGE), cluster(node("a", *HELD)), now=NOW).sandbox_missing == ()
+
+
+# --- the words ------------------------------------------------------------------------------------
+
+
+def test_the_denial_names_the_node_and_its_sandbox_image_once_and_the_fix():
+    decision = decide(pod(IMAGE), cluster(node("a", *HELD), node("b", *HELD, sandbox=PAUSE)), now=NOW)
+    assert messages.denial_message(decision) == (
+        "invalid: eligible node(s) b cannot start any pod: the container runtime lacks its sandbox image "
+        "'registry.k8s.io/pause:3.10.1', so the pod would wait in ContainerCreating (FailedCreatePodSandBox); "
+        "import it: ctr -n k8s.io images import pause.tar")
+
+
+def test_a_missing_image_elsewhere_is_named_beside_it_without_the_node_that_starts_nothing():
+    decision = decide(pod(IMAGE), cluster(node("a"), node("b", *HELD, sandbox=PAUSE), node("c", sandbox=PAUSE)),
+                      now=NOW)
+    message = messages.denial_message(decision)
+    assert message.startswith("invalid: eligible node(s) b, c cannot start any pod: ")
+    assert f"; image '{IMAGE}' (container 'c0', imagePullPolicy IfNotPresent) is absent from eligible node(s) a;" \
+        in message
+    assert message.endswith(messages.ADVICE)
+
+
+def test_warn_mode_warnings_name_the_node_and_image():
+    decision = decide(pod(IMAGE), cluster(node("a", *HELD), node("b", *HELD, sandbox=PAUSE)), now=NOW)
+    assert messages.missing_warnings(decision) == [
+        f"image-preflight: node(s) b cannot start any pod: the runtime lacks its sandbox image {PAUSE}"]
+
+
+def test_many_nodes_stay_within_the_limit():
+    nodes = [node(f"cpu-{n:03d}", sandbox=PAUSE) for n in range(300)]
+    message = messages.denial_message(decide(pod(IMAGE, policy="Always"), cluster(*nodes), now=NOW))
+    assert len(message.encode()) <= messages.MAX_MESSAGE
+    assert "cpu-004 and 295 more cannot start any pod" in message and message.endswith(messages.SANDBOX_ADVICE)
+
+
+# --- steering -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["IfNotPresent", "Always"])
+def test_a_pod_is_steered_off_nodes_that_start_no_pod_whatever_its_images(policy):
+    inventory = cluster(node("a", *HELD), node("b", *HELD, sandbox=PAUSE), node("c", *HELD))
+    plan = steering.plan(decide(pod(IMAGE, policy=policy), inventory, require=REQUIRE_ALL, now=NOW))
+    assert plan == steering.Plan(("a", "c"))
+
+
+def test_no_node_that_starts_pods_means_no_steering():
+    inventory = cluster(node("a", sandbox=PAUSE), node("b", sandbox=PAUSE))
+    plan = steering.plan(decide(pod(IMAGE, policy="Always"), inventory, require=REQUIRE_ALL, now=NOW))
+    assert plan == steering.Plan(reason=steering.NONE_HOLD)
+
+
+# --- the watchdog, on the real control plane ----------------------------------------------------------
+
+
+@pytest.fixture
+def watchdog_cluster(service_accounts, tmp_path):
+    """The watchdog as a process with deploy/components/watchdog's ServiceAccount and role, a node
+    for the Pods, and FakeKubelet ending the Pods the Job controller deletes."""
+    from tests.controlplane.cluster import DEPLOY, create_node, delete_namespaces
+    from tests.cluster.test_cluster_watchdog import FakeKubelet, Watchdog
+
+    plane = service_accounts
+    plane.kubectl("apply", "--server-side", "-f", str(DEPLOY / "components" / "watchdog" / "rbac.yaml"))
+    kubeconfig = plane.service_account_kubeconfig("image-preflight", "image-preflight-watchdog",
+                                                  tmp_path / "watchdog.kubeconfig")
+    node_name = f"sandboxless-{uuid.uuid4().hex[:8]}"
+    namespace = f"e2e-{uuid.uuid4().hex[:8]}"
+    create_node(plane, node_name, taints=[])
+    plane.core().create_namespace({"metadata": {"name": namespace, "labels": {"image-preflight.io/enforce": "true"}}})
+    kubelet = FakeKubelet(plane).start()
+    kubelet.namespaces.append(namespace)
+    watchdog = Watchdog(plane, kubeconfig, tmp_path / "watchdog.log")
+    try:
+        watchdog.start()
+        yield plane, watchdog, node_name, namespace
+    finally:
+        watchdog.stop()
+        kubelet.stop()
+        delete_namespaces(plane, [namespace])
+        plane.core().delete_node(node_name)
+
+
+def _job_with_bound_pod(plane, namespace: str, name: str, node_name: str):
+    from tests.controlplane.cluster import wait_for
+    from tests.cluster.test_cluster_webhook import job_manifest
+
+    manifest = job_manifest(name, "swe-smith/task-sandboxless:openai")
+    manifest["spec"]["template"]["spec"]["nodeName"] = node_name  # bound at once, wherever other tests' nodes are
+    k8s.BatchV1Api(plane.core().api_client).create_namespaced_job(namespace, manifest)
+    (found,) = wait_for(lambda: plane.core().list_namespaced_pod(
+        namespace, label_selector=f"batch.kubernetes.io/job-name={name}").items, f"the Pod of {name}")
+    return found
+
+
+def _kubelet_event(plane, pod, node_name: str, message: str) -> None:
+    """The Event the kubelet's legacy recorder writes for a failed RunPodSandbox."""
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    plane.core().create_namespaced_event(pod.metadata.namespace, {
+        "metadata": {"name": f"{pod.metadata.name}.{uuid.uuid4().hex[:16]}", "namespace": pod.metadata.namespace},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name,
+                           "namespace": pod.metadata.namespace, "uid": pod.metadata.uid},
+        "reason": "FailedCreatePodSandBox", "message": message, "type": "Warning",
+        "source": {"component": "kubelet", "host": node_name}, "firstTimestamp": now, "lastTimestamp": now,
+        "count": 1})
+
+
+def test_the_watchdog_fails_a_job_whose_pod_cannot_get_its_sandbox_image(watchdog_cluster):
+    from image_preflight.core.watchdog import job_failure
+    from tests.controlplane.cluster import wait_for
+    from tests.cluster.test_cluster_watchdog import BOUND_S, GRACE_S, failed_condition
+    from tests.core.test_pull_failures import SANDBOX_MESSAGES
+
+    plane, watchdog, node_name, namespace = watchdog_cluster
+    batch = k8s.BatchV1Api(plane.core().api_client)
+    stuck = _job_with_bound_pod(plane, namespace, "sandboxless", node_name)
+    network = _job_with_bound_pod(plane, namespace, "network", node_name)
+    _kubelet_event(plane, stuck, node_name, SANDBOX_MESSAGES["containerd 2.3 Start"])
+    # Another sandbox failure (the network plugin) is the kubelet's to retry: left alone.
+    _kubelet_event(plane, network, node_name, 'Failed to create pod sandbox: rpc error: code = Unknown desc = failed '
+                   'to setup network for sandbox "5b1e2a": plugin type="calico" failed (add): connection is '
+                   'unauthorized')
+    start = time.monotonic()
+
+    def failed():
+        return failed_condition(plane.core().api_client.sanitize_for_serialization(
+            batch.read_namespaced_job("sandboxless", namespace)))
+
+    condition = wait_for(failed, "the Job fails", timeout_s=BOUND_S)
+    assert condition["reason"] == "DeadlineExceeded" and time.monotonic() - start >= GRACE_S - 0.5
+    job = batch.read_namespaced_job("sandboxless", namespace)
+    recorded = json.loads(job.metadata.annotations[job_failure.ANNOTATION])
+    assert (recorded["action"], recorded["reason"], recorded["node"], recorded["image"], recorded["pod"]) == (
+        "failed", "FailedCreatePodSandBox", node_name, PAUSE, stuck.metadata.name)
+    (event,) = [e for e in plane.core().list_namespaced_event(
+        namespace, field_selector="involvedObject.kind=Job,involvedObject.name=sandboxless").items
+        if e.reason == job_failure.EVENT_REASON]
+    assert event.type == "Warning" and node_name in event.message and PAUSE in event.message
+    time.sleep(1.0)  # acted on one after the other: the second would be done by now
+    other = batch.read_namespaced_job("network", namespace)
+    assert failed_condition(plane.core().api_client.sanitize_for_serialization(other)) is None
+    assert job_failure.ANNOTATION not in (other.metadata.annotations or {})
+    assert 'reason="FailedCreatePodSandBox"' in watchdog.metrics()
+
+
+# --- the scanner ------------------------------------------------------------------------------------
+
+
+def test_the_scanner_drops_rows_for_a_node_without_its_sandbox_image_under_their_own_reason():
+    """scanner/judge.py verdict_of: the row is dropped, naming the node and its sandbox image, and
+    no image the node holds goes to the build list (--missing-images)."""
+    from image_preflight.scanner.judge import MISSING_IMAGE, NO_SANDBOX, verdict_of
+
+    halted = verdict_of(decide(pod(IMAGE), cluster(node("cpu-1", *HELD, sandbox=PAUSE)), now=NOW))
+    assert (halted.reason, halted.images, halted.nodes) == (NO_SANDBOX, (), ("cpu-1",))
+    assert PAUSE in halted.detail and "ctr -n k8s.io images import" in halted.detail
+    # Beside a node that truly lacks the image, only that node is named for it.
+    both = verdict_of(decide(pod(IMAGE), cluster(node("cpu-1", *HELD, sandbox=PAUSE), node("cpu-2")), now=NOW))
+    assert (both.reason, both.nodes) == (MISSING_IMAGE, ("cpu-2",))
