@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-_FACES = ("webhook", "scanner", "certs", "agent")
+_FACES = ("webhook", "scanner", "certs", "agent", "doctor")
 _HERE = Path(__file__).resolve().parent
 
 
