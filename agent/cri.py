@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 
 from image_preflight.agent import cri_pb2, cri_pb2_grpc
+from image_preflight.errors import PreflightError
 
 DEFAULT_ENDPOINT = "unix:///run/containerd/containerd.sock"
 # kubelet's CRI client limit; the gRPC default of 4 MiB is too small for nodes with
@@ -30,7 +31,7 @@ _CHANNEL_OPTIONS = (
 )
 
 
-class CRIError(Exception):
+class CRIError(PreflightError):
     """The runtime could not be asked; the message is one line naming the endpoint."""
 
     def __init__(self, message: str, *, unimplemented: bool = False, not_found: bool = False) -> None:

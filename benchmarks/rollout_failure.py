@@ -42,8 +42,9 @@ from kubernetes.client.rest import ApiException  # noqa: E402
 from tests.controlplane.cluster import wait_for  # noqa: E402
 from tests.node.images import swe_smith_image  # noqa: E402
 from tests.node.real_node import real_node  # noqa: E402,F401 - fixture
-from tests.deploy.test_deploy import deploy_copy  # noqa: E402,F401 - fixture
-from tests.cluster.test_real_node import ABSENT, GRACE_S, HELD, stack  # noqa: E402,F401 - fixture
+from tests.conftest import deploy_copy  # noqa: E402,F401 - fixture
+from tests.cluster.conftest import stack  # noqa: E402,F401 - fixture
+from tests.cluster.real_stack import ABSENT, GRACE_S, HELD  # noqa: E402
 
 METRIC = "apiserver_admission_webhook_admission_duration_seconds"
 # pytest imports this file anew as a test module: main() hands it its options, and takes its rows

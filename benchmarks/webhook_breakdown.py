@@ -56,15 +56,16 @@ def main() -> None:
     inventory = load_inventory_file(EXAMPLE_NODES)
     body = review_body()
     review = parse_review(body, loads=orjson.loads)
-    outcome = admit(review, inventory, Settings(), now=1.0)
+    settings = Settings()  # as serve: built once
+    answer = admit(review, inventory, settings, now=1.0)
     sink = io.StringIO()
-    state = WebhookState(inventory=lambda: inventory, ready=lambda: True, settings=Settings(), metrics=Metrics(),
+    state = WebhookState(inventory=lambda: inventory, ready=lambda: True, settings=settings, metrics=Metrics(),
                          write_decision=lambda line: sink.write(line + "\n"))
     app = create_app(state)
 
     for name, call in (("parse (orjson)", lambda: orjson.loads(body)),
-                       ("decision (admit)", lambda: admit(review, inventory, Settings(), now=1.0)),
-                       ("encode the answer", lambda: _dumps(outcome.review))):
+                       ("decision (admit)", lambda: admit(review, inventory, settings, now=1.0)),
+                       ("encode the answer", lambda: _dumps(answer.review))):
         print(f"{name:28s} {timeit.timeit(call, number=args.number) / args.number * 1e6:7.2f} µs")
     uvloop.install()
     asyncio.run(endpoint_seconds(app, "/validate", body, 1000, sink))

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from image_preflight.files.atomic import write_atomic
-from image_preflight.errors import UsageError
+from image_preflight.errors import InputError
 
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 
@@ -52,7 +52,7 @@ def set_ca_bundle(
         documents = list(yaml.safe_load_all(text))
         spans = _document_spans(text)
     except yaml.YAMLError as exc:
-        raise UsageError(f"{source}: not valid YAML: {_yaml_problem(exc)}") from None
+        raise InputError(f"{source}: not valid YAML: {_yaml_problem(exc)}") from None
 
     pieces: list[str] = []
     cursor = configurations = webhooks = 0
@@ -76,7 +76,7 @@ def set_ca_bundle(
         )
         cursor = end
     if configurations == 0:
-        raise UsageError(f"{source}: no {' or '.join(WEBHOOK_KINDS)} to patch")
+        raise InputError(f"{source}: no {' or '.join(WEBHOOK_KINDS)} to patch")
     pieces.append(text[cursor:])
     return "".join(pieces), PatchResult(configurations, webhooks, tuple(other_services))
 
@@ -89,9 +89,9 @@ def patch_webhook_file(
         text = path.read_text(encoding="utf-8")
         mode = stat.S_IMODE(path.stat().st_mode)
     except UnicodeDecodeError:
-        raise UsageError(f"{path}: not UTF-8 text") from None
+        raise InputError(f"{path}: not UTF-8 text") from None
     except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     new_text, result = set_ca_bundle(text, str(path), b64(ca_pem), service, namespace)
     if new_text != text:
         # Write through a symlink rather than replacing the link with a file.
@@ -104,13 +104,13 @@ def _patch_webhooks(document: dict, where: str, ca_bundle: str) -> list[dict]:
     if hooks is None:
         return []
     if not isinstance(hooks, list):
-        raise UsageError(f"{where}: webhooks is not a list")
+        raise InputError(f"{where}: webhooks is not a list")
     for index, hook in enumerate(hooks):
         if not isinstance(hook, dict):
-            raise UsageError(f"{where}: webhooks[{index}] is not a mapping")
+            raise InputError(f"{where}: webhooks[{index}] is not a mapping")
         client_config = hook.get("clientConfig")
         if not isinstance(client_config, dict):
-            raise UsageError(f"{where}: webhooks[{index}].clientConfig is missing or not a mapping")
+            raise InputError(f"{where}: webhooks[{index}].clientConfig is missing or not a mapping")
         client_config["caBundle"] = ca_bundle
     return hooks
 

@@ -21,7 +21,7 @@ from image_preflight.certs.authority import (
     new_private_key,
     serving_cert_problem,
 )
-from image_preflight.errors import UsageError
+from image_preflight.errors import InputError
 from image_preflight.files.atomic import write_atomic
 
 CA_CERT = "ca.crt"
@@ -129,7 +129,7 @@ def load_certificate(path: Path) -> x509.Certificate | None:
     try:
         return x509.load_pem_x509_certificate(data)
     except ValueError:
-        raise UsageError(f"{path}: not a PEM certificate; fix or remove it") from None
+        raise InputError(f"{path}: not a PEM certificate; fix or remove it") from None
 
 
 def load_private_key(path: Path) -> PrivateKey | None:
@@ -140,11 +140,11 @@ def load_private_key(path: Path) -> PrivateKey | None:
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except TypeError:
-        raise UsageError(f"{path}: encrypted private keys are not supported") from None
+        raise InputError(f"{path}: encrypted private keys are not supported") from None
     except (ValueError, UnsupportedAlgorithm):
-        raise UsageError(f"{path}: not a PEM private key; fix or remove it") from None
+        raise InputError(f"{path}: not a PEM private key; fix or remove it") from None
     if not isinstance(key, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)):
-        raise UsageError(f"{path}: only ECDSA and RSA keys are supported")
+        raise InputError(f"{path}: only ECDSA and RSA keys are supported")
     return key
 
 
@@ -164,16 +164,16 @@ def _read(path: Path) -> bytes | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def _ensure_dir(out_dir: Path) -> None:
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise UsageError(f"{out_dir}: not a directory") from None
+        raise InputError(f"{out_dir}: not a directory") from None
     except OSError as exc:
-        raise UsageError(f"{out_dir}: cannot create directory: {exc.strerror or exc}") from None
+        raise InputError(f"{out_dir}: cannot create directory: {exc.strerror or exc}") from None
 
 
 def _when(cert: x509.Certificate) -> str:

@@ -11,6 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
 from image_preflight.doctor.findings import WEBHOOK_NAME, WebhookTarget
+from image_preflight.errors import PreflightError
 from image_preflight.kube.cluster_inventory import KubeletUnread, NotServed, kubelet_reads, list_all
 from image_preflight.kube.watch import describe_error
 
@@ -20,7 +21,7 @@ _SUMMARY_TIMEOUT = (3.0, 15.0)  # the kubelet answers from cached stats; a silen
 PROBE_IMAGE = "image-preflight-doctor/Probe:invalid"
 
 
-class Unreadable(Exception):
+class Unreadable(PreflightError):
     """A check's objects cannot be read (forbidden, not served); the message says which."""
 
 
@@ -29,7 +30,7 @@ def _list(call, what: str) -> list[dict]:
         return list_all(call, what)
     except NotServed:
         raise Unreadable(f"{what} are not served") from None
-    except Exception as exc:  # noqa: BLE001 - UsageError from list_all, naming the cause
+    except Exception as exc:  # noqa: BLE001 - InputError from list_all, naming the cause
         raise Unreadable(str(exc)) from None
 
 

@@ -1,20 +1,17 @@
 """`image-preflight doctor`: check the cluster end to end, one line per finding with its fix.
 
 Exit 0 when nothing is wrong, 1 with problems, 2 when the cluster cannot be checked at all.
+The runner: doctor/config.py holds the flags and the config they map onto.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
 import time
 
-from image_preflight.cli import add_cluster_arguments
-from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES
 from image_preflight.doctor import cluster, findings, gc
+from image_preflight.doctor.config import DoctorConfig
 from image_preflight.doctor.findings import PROBLEM, SKIPPED, Finding
-from image_preflight.errors import UsageError
-from image_preflight.kube.client import api_client  # the kube extra: the CLI names it when absent
+from image_preflight.errors import PreflightError
 from image_preflight.kube.cluster_inventory import (
     NotServed,
     kubelet_caps,
@@ -24,36 +21,12 @@ from image_preflight.kube.cluster_inventory import (
     node_names,
 )
 
-DEFAULT_ROLLOUT_NAMESPACE = "default"  # agent-lightning's examples/swe_smith/run.sh: AGL_NAMESPACE
 
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "doctor",
-        help="check the cluster end to end: webhook, certificate, namespaces, node lists, image GC",
-        description="Check that the webhook is configured, reachable and trusted, which namespaces it "
-        "checks, how much each node's image list proves, where rollout pods may land, and where the kubelet's "
-        "image GC may delete a needed image. One line per finding with the command that fixes it; exit 0 "
-        "healthy, 1 with problems, 2 cannot check.",
-    )
-    add_cluster_arguments(parser)
-    parser.add_argument("--namespace", metavar="NS", default=os.environ.get("AGL_NAMESPACE") or DEFAULT_ROLLOUT_NAMESPACE,
-                        help="where agent-lightning creates its Jobs (default: $AGL_NAMESPACE, else %(default)s)")
-    parser.add_argument("--webhook-address", metavar="HOST:PORT",
-                        help="read the served certificate here (default: the Service's DNS name, in-cluster)")
-    parser.add_argument("--max-images", type=int, default=DEFAULT_MAX_IMAGES, metavar="N",
-                        help="the kubelets' nodeStatusMaxImages where configz is not readable (default %(default)s)")
-    parser.add_argument("--node-selector", action="append", default=[], metavar="KEY=VALUE",
-                        help="the rollout template's nodeSelector (agent-lightning's has none; repeatable)")
-    parser.set_defaults(run=run)
-
-
-def run(args: argparse.Namespace) -> int:
-    selector = dict(_pair(item) for item in args.node_selector)
-    api = api_client(args.kubeconfig, context=args.context)
+def run(config: DoctorConfig) -> int:
+    api = config.cluster.client()
     try:
-        found = check(api, rollouts=args.namespace, webhook_address=args.webhook_address,
-                      max_images=args.max_images, node_selector=selector, now=time.time())
+        found = check(api, rollouts=config.namespace, webhook_address=config.webhook_address,
+                      max_images=config.max_images, node_selector=config.node_selector, now=time.time())
     finally:
         api.close()
     for finding in found:
@@ -65,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
 
 def check(api, *, rollouts: str, webhook_address: str | None, max_images: int | None,
           node_selector: dict[str, str], now: float) -> list[Finding]:
-    """Every finding, in the order a user fixes them. UsageError when the cluster cannot be read."""
+    """Every finding, in the order a user fixes them. A PreflightError when the cluster cannot be read."""
     nodes = list_nodes(api)  # unreadable: exit 2
     found: list[Finding] = []
     try:
@@ -93,7 +66,7 @@ def check(api, *, rollouts: str, webhook_address: str | None, max_images: int | 
         published = list_node_images(api)
     except NotServed:
         published = []
-    except UsageError as exc:
+    except PreflightError as exc:  # the lists cannot be read (NotServed is caught above)
         found.append(Finding(SKIPPED, f"the node agent's lists ({exc})"))
         published = []
     notes: list[str] = []
@@ -118,10 +91,3 @@ def _image_gc(api, nodes: list[dict], published: list[dict], configs: dict, node
     # Without configz the threshold is not known: the disk use alone would say nothing.
     summaries = cluster.kubelet_summaries(api, [n for n in names if isinstance(configs.get(n), dict)])
     return found + gc.image_gc(names, configs, summaries, reported, needed)
-
-
-def _pair(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise UsageError(f"--node-selector {text!r}: expected KEY=VALUE")
-    return key, value

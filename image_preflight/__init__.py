@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-_FACES = ("webhook", "scanner", "certs", "agent", "doctor")
+from image_preflight.faces import FACES as _FACES
+
 _HERE = Path(__file__).resolve().parent
 
 

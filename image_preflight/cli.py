@@ -1,54 +1,70 @@
 """`image-preflight`: one command, a subcommand per face of the tool.
 
-Each subcommand lives beside the library it drives (`scanner/command.py`, `certs/command.py`, ...)
-and exposes `register(subparsers)`, which adds its parser and sets `run(args) -> int` as default.
-Only the chosen subcommand's module is imported: `scan` need not load the webhook's server stack.
-A subcommand whose dependencies are not installed is still listed, and says which extra to install.
+Each subcommand's flags live beside the library it drives, in `<face>/config.py` (`agent/dump_config.py`
+for `inventory`): `register(subparsers)` adds its parser, whose `run(args)` maps the flags onto a
+frozen config and hands it to the runner in `<face>/command.py`. A config module imports no heavy
+library, so building a parser costs little; only the chosen subcommand's is imported, and its runner
+(with the face's libraries) only when it runs. A subcommand whose extra is not installed is still
+listed, and says which extra to install.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import sys
-from pathlib import Path
 from typing import NamedTuple
 
-from image_preflight.errors import InputError, UsageError
+from image_preflight.errors import PreflightError
+
+# pyproject.toml's dependencies, as imported: without one of them the base install is incomplete.
+BASE_MODULES = ("jinja2", "yaml", "pyarrow", "numpy", "rich")
 
 
 class Command(NamedTuple):
-    module: str
+    module: str  # its flags and config; imports its runner when run
     extra: str  # the distribution's extra that installs its dependencies ("" for the base install)
+    needs: tuple[str, ...]  # modules that extra installs, looked up (not imported) before parsing
     summary: str
 
 
 COMMANDS = {
-    "scan": Command("image_preflight.scanner.command", "", "drop dataset rows whose images the nodes do not hold"),
-    "serve": Command("image_preflight.webhook.command", "webhook", "run the validating admission webhook"),
-    "certs": Command("image_preflight.certs.command", "webhook", "create or renew the webhook's CA and certificate"),
-    "agent": Command("image_preflight.agent.command", "agent", "publish this node's complete image list"),
-    "inventory": Command("image_preflight.agent.dump_command", "kube", "write the cluster's nodes and images"),
-    "watchdog": Command("image_preflight.watchdog.command", "watchdog", "fail a Job whose Pod cannot get its node-local image"),
-    "doctor": Command("image_preflight.doctor.command", "kube", "check the cluster end to end, each finding with its fix"),
+    "scan": Command("image_preflight.scanner.config", "", (), "drop dataset rows whose images the nodes do not hold"),
+    "serve": Command("image_preflight.webhook.config", "webhook",
+                     ("kubernetes", "fastapi", "uvicorn", "uvloop", "orjson", "cryptography", "prometheus_client"),
+                     "run the validating admission webhook"),
+    "certs": Command("image_preflight.certs.config", "webhook", ("cryptography",),
+                     "create or renew the webhook's CA and certificate"),
+    "agent": Command("image_preflight.agent.config", "agent", ("kubernetes", "grpc", "google.protobuf"),
+                     "publish this node's complete image list"),
+    "inventory": Command("image_preflight.agent.dump_config", "kube", ("kubernetes",),
+                         "write the cluster's nodes and images"),
+    "watchdog": Command("image_preflight.watchdog.config", "watchdog", ("kubernetes", "prometheus_client"),
+                        "fail a Job whose Pod cannot get its node-local image"),
+    "doctor": Command("image_preflight.doctor.config", "kube", ("kubernetes",),
+                      "check the cluster end to end, each finding with its fix"),
 }
 
 
-def add_cluster_arguments(parser: argparse.ArgumentParser, when: str = "") -> None:
-    """--kubeconfig and --context, worded alike for every subcommand that reads the cluster
-    (image_preflight.kube.client.api_client chooses as kubectl does). `when` prefixes the help."""
-    parser.add_argument("--kubeconfig", type=Path, metavar="FILE",
-                        help=f"{when}as kubectl's (default: in a pod its service account, else $KUBECONFIG or "
-                        "~/.kube/config)")
-    parser.add_argument("--context", metavar="NAME", help=f"{when}a context of the kubeconfig (default: its current one)")
+def _missing(command: Command) -> str | None:
+    """The first module of the command's extra that is not installed, if any."""
+    for name in command.needs:
+        try:
+            if importlib.util.find_spec(name) is None:
+                return name
+        except ModuleNotFoundError:  # a dotted name whose parent is absent
+            return name
+    return None
 
 
-def _problem(command: Command, exc: ImportError) -> str:
-    missing = exc.name or str(exc)
+def _problem(command: Command, missing: str, detail: str = "") -> str:
     if missing.startswith("image_preflight"):
-        return f"cannot load {missing} ({exc}): the installation is incomplete; reinstall image-preflight"
-    extra = command.extra or "all"
+        return f"cannot load {missing} ({detail}): the installation is incomplete; reinstall image-preflight"
+    if not command.extra or missing.partition(".")[0] in BASE_MODULES:
+        return f"the base install is incomplete (no module named {missing!r}): pip install image-preflight"
+    extra = command.extra
     return f"needs the '{extra}' extra (no module named {missing!r}): pip install 'image-preflight[{extra}]'"
 
 
@@ -63,13 +79,18 @@ def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict
     for name, command in COMMANDS.items():
         if only is not None and name != only:
             continue
-        try:
-            module = importlib.import_module(command.module)
-        except ImportError as exc:
-            unavailable[name] = _problem(command, exc)
-            subparsers.add_parser(name, help=f"{command.summary} (unavailable: {unavailable[name].split(':')[0]})")
-            continue
-        module.register(subparsers)
+        missing = _missing(command)
+        if missing is None:
+            try:
+                module = importlib.import_module(command.module)
+            except ImportError as exc:
+                unavailable[name] = _problem(command, exc.name or str(exc), str(exc))
+            else:
+                module.register(subparsers)
+                continue
+        else:
+            unavailable[name] = _problem(command, missing)
+        subparsers.add_parser(name, help=f"{command.summary} (unavailable: {unavailable[name].split(':')[0]})")
     return parser, unavailable
 
 
@@ -91,8 +112,13 @@ def main(argv: list[str] | None = None) -> int:
         code = args.run(args)
         sys.stdout.flush()  # a closed pipe shows here, not as a failure at interpreter exit
         return code
-    except (UsageError, InputError) as exc:
+    except PreflightError as exc:
         print(f"image-preflight {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        # The runner imports its libraries when it runs: one absent is named with what installs it.
+        print(f"image-preflight {args.command}: {_problem(COMMANDS[args.command], exc.name or str(exc), str(exc))}",
+              file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -4,6 +4,20 @@
     kept, dropped = filter_rows(rows, image="{{ input.image_name }}:openai", inventory=inventory)
 """
 
-from image_preflight.scanner.judge import RowVerdict, filter_rows
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 __all__ = ["RowVerdict", "filter_rows"]
+
+if TYPE_CHECKING:
+    from image_preflight.scanner.judge import RowVerdict, filter_rows
+
+
+def __getattr__(name: str):
+    # On first use: `scan`'s parser (scanner.config) is built without loading Jinja2.
+    if name not in __all__:
+        raise AttributeError(f"module 'image_preflight.scanner' has no attribute {name!r}")
+    from image_preflight.scanner import judge
+
+    return getattr(judge, name)

@@ -8,23 +8,27 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from image_preflight.errors import UsageError
+from image_preflight.errors import InputError
 from image_preflight.files.atomic import atomic_path, write_atomic
 
+BATCH_ROWS = 16384  # parquet rows read at a time
+# Kept rows are written in row groups of about this much Arrow data, as Spark's parquet.block.size.
+ROW_GROUP_BYTES = 128 << 20
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "json", ".parquet": "parquet"}
 
 
 def dataset_format(path: Path) -> str:
     fmt = FORMATS.get(path.suffix.lower())
     if fmt is None:
-        raise UsageError(f"{path}: unknown dataset format (expected .jsonl, .json or .parquet)")
+        raise InputError(f"{path}: unknown dataset format (expected .jsonl, .json or .parquet)")
     return fmt
 
 
@@ -43,12 +47,12 @@ def read_json_rows(path: Path) -> JsonRows:
         try:
             rows = json.loads(data)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{path}: not JSON ({_why(exc)})") from None
+            raise InputError(f"{path}: not JSON ({_why(exc)})") from None
         if not isinstance(rows, list):
-            raise UsageError(f"{path}: expected a JSON list of objects, found {type(rows).__name__}")
+            raise InputError(f"{path}: expected a JSON list of objects, found {type(rows).__name__}")
         for index, row in enumerate(rows):
             if not isinstance(row, dict):
-                raise UsageError(f"{path}: row {index}: not a JSON object")
+                raise InputError(f"{path}: row {index}: not a JSON object")
         return JsonRows(rows, None, None)
     rows, lines, numbers = [], [], []
     for number, line in enumerate(data.splitlines(keepends=True), start=1):
@@ -57,9 +61,9 @@ def read_json_rows(path: Path) -> JsonRows:
         try:
             row = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UsageError(f"{path}:{number}: malformed JSON line ({_why(exc)})") from None
+            raise InputError(f"{path}:{number}: malformed JSON line ({_why(exc)})") from None
         if not isinstance(row, dict):
-            raise UsageError(f"{path}:{number}: not a JSON object")
+            raise InputError(f"{path}:{number}: not a JSON object")
         rows.append(row)
         lines.append(line)
         numbers.append(number)
@@ -77,13 +81,35 @@ def row_count_hint(path: Path) -> int | None:
         return None
 
 
-def read_parquet(path: Path) -> pa.Table:
+def open_parquet(path: Path) -> pq.ParquetFile:
+    """The file's footer read; its rows are read as they are asked for."""
     try:
-        return pq.read_table(path)
+        return pq.ParquetFile(path)
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
+        raise InputError(f"{path}: no such file") from None
     except (pa.ArrowException, OSError) as exc:
-        raise UsageError(f"{path}: not a readable parquet file ({_why(exc)})") from None
+        raise _unreadable(path, exc) from None
+
+
+def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pa.Table:
+    try:
+        return pq.read_table(path, columns=columns)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (pa.ArrowException, OSError) as exc:
+        raise _unreadable(path, exc) from None
+
+
+def parquet_batches(file: pq.ParquetFile, path: Path) -> Iterator[pa.RecordBatch]:
+    """Every row of `file`, a batch at a time: only a batch and what the writer holds are in memory."""
+    try:
+        yield from file.iter_batches(batch_size=BATCH_ROWS)
+    except (pa.ArrowException, OSError) as exc:
+        raise _unreadable(path, exc) from None
+
+
+def _unreadable(path: Path, exc: BaseException) -> InputError:
+    return InputError(f"{path}: not a readable parquet file ({_why(exc)})")
 
 
 def write_json_rows(path: Path, source: JsonRows, keep: Sequence[bool]) -> None:
@@ -96,12 +122,26 @@ def write_json_rows(path: Path, source: JsonRows, keep: Sequence[bool]) -> None:
     write_atomic(path, payload)
 
 
-def write_parquet(path: Path, table: pa.Table, mask: pa.Array, *, like: Path) -> None:
-    kept = table.filter(mask)
-    compression = _compression_of(like)
-    with atomic_path(path) as tmp:
-        # Not "compliant": list items keep the name the input gave them ("item" from older writers).
-        pq.write_table(kept, tmp, compression=compression, use_compliant_nested_type=False)
+def write_parquet(path: Path, batches: Iterable[pa.RecordBatch], keep: np.ndarray, *, schema: pa.Schema,
+                  like: Path) -> None:
+    """The rows of `batches` that `keep` (one flag per row) marks, in row groups of about
+    ROW_GROUP_BYTES, with the compression of `like`."""
+    # Not "compliant": list items keep the name the input gave them ("item" from older writers).
+    with atomic_path(path) as tmp, pq.ParquetWriter(tmp, schema, compression=_compression_of(like),
+                                                     use_compliant_nested_type=False) as writer:
+        pending, size, offset = [], 0, 0
+        for batch in batches:
+            mask = keep[offset:offset + batch.num_rows]
+            offset += batch.num_rows
+            kept = batch if mask.all() else batch.filter(pa.array(mask, type=pa.bool_()))
+            if kept.num_rows:
+                pending.append(kept)
+                size += kept.nbytes
+            if size >= ROW_GROUP_BYTES:
+                writer.write_table(pa.Table.from_batches(pending, schema))
+                pending, size = [], 0
+        if pending:
+            writer.write_table(pa.Table.from_batches(pending, schema))
 
 
 def _compression_of(path: Path) -> str:
@@ -123,17 +163,17 @@ def output_paths(inputs: Sequence[Path], out_dir: Path, *, extra: Sequence[Path]
     for source, target in zip(inputs, outputs):
         ident = file_identity(target)
         if ident in protected:
-            raise UsageError(f"{target}: would overwrite an input; choose another --out-dir")
+            raise InputError(f"{target}: would overwrite an input; choose another --out-dir")
         if ident in seen:
-            raise UsageError(f"{source}: another input has the same file name {source.name!r} for {out_dir}")
+            raise InputError(f"{source}: another input has the same file name {source.name!r} for {out_dir}")
         seen.add(ident)
     return outputs
 
 
 def refuse_overwrite(target: Path, protected: Sequence[Path], option: str) -> None:
-    """UsageError when `target` is one of the `protected` files (inputs are never written)."""
+    """InputError when `target` is one of the `protected` files (inputs are never written)."""
     if file_identity(target) in {file_identity(p) for p in protected}:
-        raise UsageError(f"{target}: {option} would overwrite an input")
+        raise InputError(f"{target}: {option} would overwrite an input")
 
 
 def file_identity(path: Path) -> object:
@@ -148,7 +188,7 @@ def _read_bytes(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise UsageError(f"{path}: cannot read ({_why(exc)})") from None
+        raise InputError(f"{path}: cannot read ({_why(exc)})") from None
 
 
 def _why(exc: BaseException) -> str:

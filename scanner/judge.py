@@ -96,9 +96,6 @@ class RowJudge:
         """Verdicts worked out: each a full render, or slot texts on a shared shape."""
         return len(self._shared) + len(self._exact)
 
-    def key(self, row: Mapping) -> tuple:
-        return self._key(as_sent(row))  # type: ignore[arg-type]
-
     def _key(self, row: Mapping) -> tuple:
         if self.value_paths is None:
             return (_freeze(row),)

@@ -25,15 +25,20 @@ def distinct_inputs(
     table: pa.Table,
     paths: tuple[tuple[str | int, ...], ...] | None,
     present: tuple[tuple[str | int, ...], ...] = (),
+    *,
+    schema: pa.Schema | None = None,
 ) -> DistinctInputs | None:
     """Rows grouped by their values at `paths`; `present` paths only need to be there or not,
     which is the same for every row of a column (they get an empty string as placeholder).
-    None when the paths cannot be followed column-wise (the caller goes row by row)."""
+    None when the paths cannot be followed column-wise (the caller goes row by row).
+
+    `schema`: the file's, when `table` holds only the columns `paths` start at and those of
+    nested `present` paths; a top-level column's presence is told by its type alone."""
     if paths is None:
         return None
     placeholders = []
     for path in present:
-        column = _column(table, path)
+        column = _column(table, path) if schema is None or len(path) > 1 else _column_type(schema, path)
         if column is None:
             return None
         if column is not _ABSENT:
@@ -102,16 +107,29 @@ def _column(table: pa.Table, path: tuple[str | int, ...]):
         if column.type.get_field_index(key) < 0:
             return None  # the parent exists but lacks the field: go row by row, which keeps the parent
         column = pc.struct_field(column, key)
-    type_ = column.type
+    return column if _scalar(column.type) else None
+
+
+def _column_type(schema: pa.Schema, path: tuple[str | int, ...]):
+    """As _column for a top-level path, from the schema: its type, _ABSENT, or None."""
+    head = path[0]
+    if not isinstance(head, str):
+        return None
+    if head not in schema.names:
+        return _ABSENT
+    type_ = schema.field(head).type
+    return type_ if _scalar(type_) else None
+
+
+def _scalar(type_: pa.DataType) -> bool:
     if pa.types.is_dictionary(type_):
         type_ = type_.value_type
-    scalar = (
+    return (
         pa.types.is_string(type_)
         or pa.types.is_large_string(type_)
         or pa.types.is_integer(type_)
         or pa.types.is_floating(type_)
     )
-    return column if scalar else None
 
 
 def _set(row: dict, path: tuple, value: object) -> None:

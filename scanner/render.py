@@ -19,6 +19,7 @@ import yaml
 from jinja2 import nodes
 
 from image_preflight.core.decide.workloads import WorkloadError, pod_spec_of
+from image_preflight.errors import PreflightError
 from image_preflight.scanner.slots import decision_fields, plan_slots
 from jinja2.utils import missing as _NO_PARENT
 
@@ -68,11 +69,11 @@ _marking: contextvars.ContextVar[bool] = contextvars.ContextVar("marking", defau
 _UNDEFINED_MARKER = "image-preflight-undefined-5d1f"
 
 
-class TemplateError(ValueError):
+class TemplateError(PreflightError, ValueError):
     """The template cannot produce a rollout Job; the message names the file and line."""
 
 
-class RowError(ValueError):
+class RowError(PreflightError, ValueError):
     """This row cannot be rendered into a Job; the message names the field."""
 
 
@@ -87,7 +88,16 @@ def _environment() -> jinja2.Environment:
 
 
 def image_template(expression: str) -> str:
-    """A one-container Job template whose image is `expression` (itself a template)."""
+    """A one-container Job template whose image is `expression` (itself a template).
+    TemplateError names the expression: a line of the generated template would mean nothing."""
+    env = _environment()
+    try:
+        tree = env.parse(expression)
+        env.from_string(tree)
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateError(f"--image {expression!r}: {' '.join(str(exc.message).split())}") from None
+    if any(tree.find_all((nodes.Extends, nodes.Include, nodes.Import, nodes.FromImport))):
+        raise TemplateError(f"--image {expression!r}: cannot load other templates (no template loader)")
     return (
         "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ job_name | yaml_escape }}\n"
         "spec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n"

@@ -12,7 +12,7 @@ from typing import Protocol
 import numpy as np
 import pyarrow as pa
 
-from image_preflight.errors import UsageError
+from image_preflight.errors import InputError
 from image_preflight.files.atomic import atomic_path
 from image_preflight.scanner import datasets
 from image_preflight.scanner.dropped import DroppedRows
@@ -103,7 +103,7 @@ def scan(
                 file_result.output = output
                 result.files.append(file_result)
     except OSError as exc:  # inputs are read with their own errors; this is the out-dir
-        raise UsageError(f"{out_dir}: cannot write ({exc.strerror or exc})") from None
+        raise InputError(f"{out_dir}: cannot write ({exc.strerror or exc})") from None
     result.renders = judge.renders
     return result
 
@@ -120,7 +120,7 @@ def _scan_json(path: Path, judge: RowJudge, output: Path | None, progress: Progr
                counted: bool, needed: bool) -> FileResult:
     source = datasets.read_json_rows(path)
     if not source.rows:
-        raise UsageError(f"{path}: no rows")
+        raise InputError(f"{path}: no rows")
     if progress and not counted:
         progress.add_total(len(source.rows))
     keep, dropped_rows, verdicts, lines, lacking = [], [], [], [], Counter()
@@ -150,29 +150,49 @@ def _scan_json(path: Path, judge: RowJudge, output: Path | None, progress: Progr
 
 def _scan_parquet(path: Path, judge: RowJudge, output: Path | None, progress: Progress | None,
                   counted: bool, needed: bool) -> FileResult:
-    table = datasets.read_parquet(path)
-    if table.num_rows == 0:
-        raise UsageError(f"{path}: no rows")
+    with datasets.open_parquet(path) as file:
+        return _scan_parquet_file(path, file, judge, output, progress, counted, needed)
+
+
+def _scan_parquet_file(path: Path, file, judge: RowJudge, output: Path | None, progress: Progress | None,
+                       counted: bool, needed: bool) -> FileResult:
+    rows = file.metadata.num_rows
+    if rows == 0:
+        raise InputError(f"{path}: no rows")
     if progress and not counted:
-        progress.add_total(table.num_rows)
-    inputs = distinct_inputs(table, judge.value_paths, judge.presence_paths)
+        progress.add_total(rows)
+    inputs = _distinct_inputs(path, file, judge)
     verdicts, counted_rows = _shared_verdicts(judge, inputs, progress) if inputs is not None else ([None], 0)
     if None not in verdicts:
         keep_group = np.fromiter((v.kept for v in verdicts), dtype=bool, count=len(verdicts))
         keep = keep_group[inputs.group_of_row]
-        rows = np.flatnonzero(~keep)
-        dropped = DroppedRows(str(path), rows, inputs.group_of_row[rows], verdicts)
+        dropped_at = np.flatnonzero(~keep)
+        dropped = DroppedRows(str(path), dropped_at, inputs.group_of_row[dropped_at], verdicts)
         sizes = np.bincount(inputs.group_of_row, minlength=len(verdicts))
         lacking = Counter()
         for group, verdict in enumerate(verdicts):
             if verdict.kept and verdict.missing_fields:
                 lacking.update({name: int(sizes[group]) for name in verdict.missing_fields})
-        images = _needed({id(v): v for v, rows in zip(verdicts, sizes) if v.kept and rows} if needed else None)
+        images = _needed({id(v): v for v, n in zip(verdicts, sizes) if v.kept and n} if needed else None)
+        # Only the columns the template reads were read: the rest stream from the file to the output.
+        batches, schema = datasets.parquet_batches(file, path), file.schema_arrow
     else:
+        table = datasets.read_parquet(path)
         keep, dropped, lacking, images = _judge_row_by_row(table, judge, path, progress, counted_rows, needed)
+        batches, schema = table.to_batches(), table.schema
     if output is not None:
-        datasets.write_parquet(output, table, pa.array(keep, type=pa.bool_()), like=path)
-    return FileResult(path, table.num_rows, dropped, output, lacking, images)
+        datasets.write_parquet(output, batches, keep, schema=schema, like=path)
+    return FileResult(path, rows, dropped, output, lacking, images)
+
+
+def _distinct_inputs(path: Path, file, judge: RowJudge):
+    """The distinct inputs (parquet_inputs.distinct_inputs), reading only the columns they need."""
+    if judge.value_paths is None:
+        return None
+    schema = file.schema_arrow
+    heads = {p[0] for p in judge.value_paths} | {p[0] for p in judge.presence_paths if len(p) > 1}
+    table = datasets.read_parquet(path, columns=[name for name in schema.names if name in heads])
+    return distinct_inputs(table, judge.value_paths, judge.presence_paths, schema=schema)
 
 
 def _shared_verdicts(judge: RowJudge, inputs, progress: Progress | None) -> tuple[list, int]:

@@ -11,7 +11,7 @@ import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
 from image_preflight.core.watchdog import job_failure
-from image_preflight.core.watchdog.job_failure import AUDIT, AUDITED, EVENT_ONLY, FAILED
+from image_preflight.core.watchdog.job_failure import AUDIT, AUDITED, EVENT_ONLY, FAILED, Action
 from image_preflight.core.watchdog.stalls import Stall
 from image_preflight.kube.watch import describe_error
 
@@ -20,8 +20,8 @@ _CONFLICT_ATTEMPTS = 5  # a Job changes between our read and our patch only whil
 
 
 @dataclass(frozen=True)
-class Outcome:
-    action: str  # FAILED, AUDITED, EVENT_ONLY, or "skipped"
+class Handled:
+    action: Action
     detail: str  # why skipped, or "" ; for a written Event that failed, what went wrong
     record: dict
 
@@ -37,7 +37,7 @@ class Actions:
         self.mode = mode
         self.instance = instance
 
-    def handle(self, stall: Stall, waited_s: float) -> Outcome:
+    def handle(self, stall: Stall, waited_s: float) -> Handled:
         """Act on one stall. ApiExceptions other than those answered here (and connection errors)
         propagate: the caller retries later."""
         owner = stall.owner
@@ -49,13 +49,13 @@ class Actions:
                 job = self._read_job(owner.name, stall.namespace)
             except ApiException as exc:
                 if exc.status == 404:
-                    return Outcome("skipped", "gone", job_failure.record(stall, "skipped", at=_now(), waited_s=waited_s))
+                    return Handled(Action.SKIPPED, "gone", job_failure.record(stall, Action.SKIPPED, at=_now(), waited_s=waited_s))
                 raise
             at = _now()
             content = job_failure.record(stall, action, at=at, waited_s=waited_s)
             reason = job_failure.skip_reason(job, owner.uid, self.mode)
             if reason is not None:
-                return Outcome("skipped", reason, {**content, "action": "skipped"})
+                return Handled(Action.SKIPPED, reason, {**content, "action": Action.SKIPPED})
             try:
                 self._batch.patch_namespaced_job(owner.name, stall.namespace,
                                                  job_failure.job_patch(job, self.mode, content),
@@ -64,13 +64,13 @@ class Actions:
                 if exc.status == 409:
                     continue  # changed since read (maybe by another watchdog): read it again
                 if exc.status == 404:
-                    return Outcome("skipped", "gone", {**content, "action": "skipped"})
+                    return Handled(Action.SKIPPED, "gone", {**content, "action": Action.SKIPPED})
                 raise
             problem = self._event(job_failure.event(
                 stall, kind="Job", name=owner.name, uid=owner.uid, api_version=owner.api_version, action=action,
                 message=job_failure.job_message(stall, action), at=at, instance=self.instance))
-            return Outcome(action, problem, content)
-        return Outcome("skipped", "conflicts", job_failure.record(stall, "skipped", at=_now(), waited_s=waited_s))
+            return Handled(action, problem, content)
+        return Handled(Action.SKIPPED, "conflicts", job_failure.record(stall, Action.SKIPPED, at=_now(), waited_s=waited_s))
 
     def _read_job(self, name: str, namespace: str) -> dict:
         response = self._batch.read_namespaced_job(name, namespace, _preload_content=False,
@@ -80,13 +80,13 @@ class Actions:
         finally:
             response.release_conn()
 
-    def _pod_event(self, stall: Stall, waited_s: float) -> Outcome:
+    def _pod_event(self, stall: Stall, waited_s: float) -> Handled:
         at = _now()
         content = job_failure.record(stall, EVENT_ONLY, at=at, waited_s=waited_s)
         problem = self._event(job_failure.event(
             stall, kind=stall.kind, name=stall.name, uid=stall.uid, api_version="v1", action=EVENT_ONLY,
             message=job_failure.pod_message(stall), at=at, instance=self.instance))
-        return Outcome(EVENT_ONLY, problem, content)
+        return Handled(EVENT_ONLY, problem, content)
 
     def _event(self, body: dict) -> str:
         """Create the Event; "" when written (or already written by another watchdog), else why not.

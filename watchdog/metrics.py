@@ -6,10 +6,10 @@ from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from image_preflight.core.watchdog.job_failure import AUDITED, EVENT_ONLY, FAILED
+from image_preflight.core.watchdog.job_failure import Action
 from image_preflight.core.watchdog.pull_failures import FAILED_SANDBOX, NEVER_AVAILABLE, PULL_FAILED
 
-ACTIONS = frozenset({FAILED, AUDITED, EVENT_ONLY, "skipped", "error"})
+ACTIONS = frozenset(Action)
 REASONS = NEVER_AVAILABLE | PULL_FAILED | {"FailedCreate", FAILED_SANDBOX}
 
 
@@ -34,7 +34,7 @@ class Metrics:
 
     def acted(self, action: str, reason: str, delay_s: float) -> None:
         self.actions.labels(action if action in ACTIONS else "other", reason if reason in REASONS else "other").inc()
-        if action in (FAILED, AUDITED, EVENT_ONLY):
+        if action in (Action.FAILED, Action.AUDITED, Action.EVENT_ONLY):
             self.delay.observe(delay_s)
 
     def track_pending(self, count: Callable[[], int]) -> None:

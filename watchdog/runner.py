@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from image_preflight.core.watchdog.job_failure import kubelet_reason
+from image_preflight.core.watchdog.job_failure import Action, kubelet_reason
 from image_preflight.core.objects import as_mapping, as_text
 from image_preflight.core.watchdog.stalls import JOB, POD, SANDBOX, Stall, Stalls, event_key, pod_key
 from image_preflight.kube.watch import describe_error
@@ -129,8 +129,8 @@ class Watchdog:
         except Exception as exc:  # noqa: BLE001 - the apiserver unreachable: try again later
             with self._changed:
                 self._stalls.retry(stall, self._clock() + RETRY_S)
-            self._metrics.acted("error", reason, waited)
-            log.warning(json.dumps({"action": "error", "reason": reason, "namespace": stall.namespace,
+            self._metrics.acted(Action.ERROR, reason, waited)
+            log.warning(json.dumps({"action": Action.ERROR, "reason": reason, "namespace": stall.namespace,
                                     "job": stall.owner.name if stall.owner and stall.owner.is_job else "",
                                     "subject": stall.name,
                                     "error": describe_error(exc), "retry_in_s": RETRY_S}))

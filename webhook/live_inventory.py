@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from image_preflight.errors import InputError
@@ -40,7 +41,7 @@ class LiveInventory:
         self.synced = threading.Event()
 
     # NodeSink
-    def replace_nodes(self, nodes: list[dict]) -> None:
+    def replace_nodes(self, nodes: Iterable[dict]) -> None:
         converted = {}
         for node in nodes:
             item = self._convert(node)
@@ -70,7 +71,7 @@ class LiveInventory:
             self._publish()
 
     # The NodeImages objects the node agents publish (see image_preflight.kube.node_images).
-    def replace_runtime_objects(self, objects: list[dict]) -> None:
+    def replace_runtime_objects(self, objects: Iterable[dict]) -> None:
         lists = [item for item in map(self._convert_runtime, objects) if item is not None]
         self.replace_runtime(lists)
 
@@ -90,7 +91,7 @@ class LiveInventory:
             self._publish()
 
     # RuntimeClasses (see image_preflight.kube.runtime_classes).
-    def replace_runtime_classes(self, objects: list[dict]) -> None:
+    def replace_runtime_classes(self, objects: Iterable[dict]) -> None:
         classes = dict(filter(None, map(self._convert_class, objects)))
         with self._lock:
             self._classes = classes

@@ -8,8 +8,8 @@ complete within HEADER_DEADLINE_S of its first byte (or of the connection, for o
 nothing) is not the apiserver's: it is closed. The body has the app's own deadline (a 408, after
 which the connection is closed too).
 
-One sweep a second per event loop checks every connection, so a request costs two attribute
-writes rather than a timer of its own.
+One sweep a second per server checks every connection of that server, so a request costs two
+attribute writes rather than a timer of its own.
 
 At shutdown uvicorn closes each idle keep-alive connection at once. The apiserver may be writing a
 request on it at that moment, and Go's transport retries no POST on a connection closed under it
@@ -30,7 +30,9 @@ SWEEP_S = 1.0
 # Well inside the Pod's termination grace (30 s, after the 10 s preStop sleep).
 IDLE_DRAIN_S = 5.0
 
-_swept_loops: set[asyncio.AbstractEventLoop] = set()
+# (loop, server state) pairs with a sweep scheduled: each server has its own connections, and
+# several servers may share a loop.
+_swept: set[tuple[asyncio.AbstractEventLoop, object]] = set()
 
 
 class DeadlineProtocol(HttpToolsProtocol):
@@ -41,9 +43,10 @@ class DeadlineProtocol(HttpToolsProtocol):
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._waiting_since = self.loop.time()
-        if self.loop not in _swept_loops:
-            _swept_loops.add(self.loop)
-            self.loop.call_later(SWEEP_S, _sweep, self.loop, self.connections)
+        swept = (self.loop, self.server_state)
+        if swept not in _swept:
+            _swept.add(swept)
+            self.loop.call_later(SWEEP_S, _sweep, swept, self.connections)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -68,13 +71,14 @@ class DeadlineProtocol(HttpToolsProtocol):
             self.transport.close()
 
 
-def _sweep(loop: asyncio.AbstractEventLoop, connections: set) -> None:
-    if loop.is_closed():
-        _swept_loops.discard(loop)
+def _sweep(swept: tuple[asyncio.AbstractEventLoop, object], connections: set) -> None:
+    loop = swept[0]
+    if loop.is_closed() or not connections:  # the next connection schedules it again
+        _swept.discard(swept)
         return
     now = loop.time()
     for protocol in list(connections):
         since = getattr(protocol, "_waiting_since", None)
         if since is not None and now - since > protocol.header_deadline and not protocol.transport.is_closing():
             protocol.transport.close()
-    loop.call_later(SWEEP_S, _sweep, loop, connections)
+    loop.call_later(SWEEP_S, _sweep, swept, connections)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from image_preflight.errors import UsageError
+from image_preflight.errors import InputError
 
 
 def umask_mode() -> int:
@@ -34,12 +34,12 @@ def umask_mode() -> int:
 @contextmanager
 def atomic_path(path: Path, mode: int | None = None) -> Iterator[str]:
     """A temporary path beside `path` that replaces it once the block ends without an error (and
-    is removed when it raises). UsageError names `path` when it cannot be written."""
+    is removed when it raises). InputError names `path` when it cannot be written."""
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".", prefix=f".{path.name}.",
                                    suffix=".tmp")
     except OSError as exc:
-        raise UsageError(f"{path}: cannot write ({_why(exc)})") from None
+        raise InputError(f"{path}: cannot write ({_why(exc)})") from None
     try:
         try:
             os.fchmod(fd, umask_mode() if mode is None else mode)
@@ -52,7 +52,7 @@ def atomic_path(path: Path, mode: int | None = None) -> Iterator[str]:
     except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(exc, OSError):
-            raise UsageError(f"{path}: cannot write ({_why(exc)})") from None
+            raise InputError(f"{path}: cannot write ({_why(exc)})") from None
         raise
 
 

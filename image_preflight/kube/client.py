@@ -1,20 +1,57 @@
-"""The Kubernetes client the agent commands use: a kubeconfig, in-cluster, or the default."""
+"""The Kubernetes client every command gets, and the flags that choose it (--kubeconfig, --context).
+
+The flags cost no import of the client: a command's parser is built before anything heavy loads.
+"""
 
 from __future__ import annotations
 
+import argparse
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kubernetes import client, config
+from image_preflight.errors import InputError
 
-from image_preflight.errors import UsageError
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
 
 
-def api_client(kubeconfig: Path | None, *, context: str | None = None) -> client.ApiClient:
+def add_cluster_arguments(parser: argparse.ArgumentParser, when: str = "") -> None:
+    """--kubeconfig and --context, worded alike for every command that talks to the cluster.
+    `when` prefixes the help (e.g. "without --inventory: ")."""
+    parser.add_argument("--kubeconfig", type=Path, metavar="FILE",
+                        help=f"{when}as kubectl's (default: in a pod its service account, else $KUBECONFIG or "
+                        "~/.kube/config)")
+    parser.add_argument("--context", metavar="NAME", help=f"{when}a context of the kubeconfig (default: its current one)")
+
+
+@dataclass(frozen=True)
+class ClusterFlags:
+    """What add_cluster_arguments parsed: the cluster a command talks to."""
+
+    kubeconfig: Path | None = None
+    context: str | None = None
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ClusterFlags:
+        return cls(kubeconfig=args.kubeconfig, context=args.context)
+
+    @property
+    def given(self) -> bool:
+        return self.kubeconfig is not None or self.context is not None
+
+    def client(self) -> ApiClient:
+        return api_client(self.kubeconfig, context=self.context)
+
+
+def api_client(kubeconfig: Path | None, *, context: str | None = None) -> ApiClient:
     """As kubectl chooses: `kubeconfig` if given; else the pod's service account when in a
     cluster; else the default kubeconfig ($KUBECONFIG or ~/.kube/config). `context` picks a
-    context of the kubeconfig instead of its current one. Every command that talks to the
-    cluster gets its client here."""
+    context of the kubeconfig instead of its current one. InputError, naming the kubeconfig,
+    when it cannot be used."""
+    from kubernetes import client, config
+
     in_cluster = kubeconfig is None and context is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     try:
         if in_cluster:
@@ -25,4 +62,4 @@ def api_client(kubeconfig: Path | None, *, context: str | None = None) -> client
     except Exception as exc:  # the client raises several types for a bad or absent config
         where = kubeconfig or ("in-cluster service account" if in_cluster else "default kubeconfig")
         detail = " ".join(str(exc).split())
-        raise UsageError(f"{where}: cannot configure the Kubernetes client ({detail})") from None
+        raise InputError(f"{where}: cannot configure the Kubernetes client ({detail})") from None

@@ -8,7 +8,7 @@ an expired lease makes that list inconclusive (see NodeImages.conclusive). Witho
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 import kubernetes.client
@@ -21,7 +21,7 @@ ABSENT_RETRY_SECONDS = 60.0
 
 
 class RuntimeSink(Protocol):
-    def replace_runtime_objects(self, objects: list[dict]) -> None: ...
+    def replace_runtime_objects(self, objects: Iterable[dict]) -> None: ...
 
     def upsert_runtime(self, obj: dict) -> None: ...
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Callable, Protocol
 
 import kubernetes.client
@@ -10,7 +11,7 @@ from image_preflight.kube.watch import BACKOFF_MAX_S, ResourceWatcher
 
 
 class NodeSink(Protocol):
-    def replace_nodes(self, nodes: list[dict]) -> None: ...
+    def replace_nodes(self, nodes: Iterable[dict]) -> None: ...
 
     def upsert_node(self, node: dict) -> None: ...
 

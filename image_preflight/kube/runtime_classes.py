@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import kubernetes.client
@@ -14,7 +14,7 @@ ABSENT_RETRY_SECONDS = 60.0
 
 
 class RuntimeClassSink(Protocol):
-    def replace_runtime_classes(self, objects: list[dict]) -> None: ...
+    def replace_runtime_classes(self, objects: Iterable[dict]) -> None: ...
 
     def upsert_runtime_class(self, obj: dict) -> None: ...
 

@@ -14,6 +14,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any, Callable, Iterator
 
 from kubernetes.client.exceptions import ApiException
@@ -103,7 +104,7 @@ class ResourceWatcher:
         self,
         list_objects: Callable[..., Any],
         *,
-        replace: Callable[[list[dict]], None],
+        replace: Callable[[Iterable[dict]], None],
         upsert: Callable[[dict], None],
         delete: Callable[[dict], None],
         what: str = "node",

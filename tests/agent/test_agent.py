@@ -12,100 +12,32 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import jsonschema
 import pytest
 import yaml
 from kubernetes import client as k8s
-from kubernetes.client.rest import ApiException
 
 from image_preflight.agent.cri import ImageClient, RuntimeImage
 from image_preflight.agent.inventory import (
     CHANGED, CREATE, RENEW, fingerprint, image_dicts, node_images_object, publish_reason, sandbox_image_report)
 from image_preflight.agent.publisher import Agent, PublishError, Publisher
 from image_preflight.cli import build_parser, main
-from tests.containerd import SANDBOX_IMAGE, Containerd, build_oci_archive_many, import_image, manifest_digest, remove, tag
-from tests.controlplane.cluster import ControlPlane
+from tests.containerd import SANDBOX_IMAGE, manifest_digest, remove, tag
 from tests.fake_apiserver import FakeApiServer
 from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time, parse_time
 from image_preflight.core.sources.snapshots import load_snapshot
+from tests.agent_cluster import ALPHA, DEADLINE_S, NODE, SWE, import_images, wait_listed, wait_until
 
-NODE = "cpu-1"
 ROOT = Path(__file__).resolve().parents[2]
-DEADLINE_S = 15.0
-ALPHA = "docker.io/library/alpha:v1"
-SWE = "docker.io/swebench/sweb.eval.x86_64.astropy__astropy-12907:openai"
 TOOL = "registry.example.com:5000/team/tool:2.0"
 T0 = 1_800_000_000.0  # a whole second, so observedAt round-trips exactly
 SANDBOX = SANDBOX_IMAGE
 
 
-def wait_until(condition: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.02)
-
-
-@dataclass
-class Cluster:
-    """The real apiserver as the agent of one node of this test uses it: `api` acts as the agent's
-    ServiceAccount, whose requests the audit log holds; the rest reads as admin."""
-
-    plane: ControlPlane
-    node: str
-    kubeconfig: Path
-    api: k8s.ApiClient
-
-    def stored(self) -> dict | None:
-        try:
-            return k8s.CustomObjectsApi(self.plane.core().api_client).get_cluster_custom_object(
-                GROUP, VERSION, PLURAL, self.node)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def requests(self) -> list[tuple[str, int]]:
-        """The agent's requests on NodeImages objects, in order: verb and answer code."""
-        return [(r["verb"], r["code"]) for r in self.plane.audited_requests(self.kubeconfig) if r["resource"] == PLURAL]
-
-    def writes(self) -> list[str]:
-        """The verbs of the agent's writes on NodeImages objects, in order, refused ones too."""
-        return [verb for verb, _ in self.requests() if verb in ("create", "update", "patch")]
-
-    def all_tags(self) -> list[str]:
-        return [name for i in self.stored()["spec"]["images"] for name in i["repoTags"]]
-
-
-@pytest.fixture
-def cluster(service_accounts, case, tmp_path) -> Iterator[Cluster]:
-    kubeconfig = service_accounts.service_account_kubeconfig("image-preflight-agent", "image-preflight-agent",
-                                                             tmp_path / "agent.kubeconfig")
-    api_client = service_accounts.api_client(kubeconfig)
-    yield Cluster(service_accounts, case.name(NODE), kubeconfig, api_client)
-    api_client.close()
-
-
 def names_by_id(images: list[dict]) -> dict[str, tuple[list[str], list[str]]]:
     return {image["id"]: (image["repoTags"], image["repoDigests"]) for image in images}
-
-
-def import_images(runtime: Containerd, directory: Path, names: list[str]) -> dict[str, str]:
-    """Imports one image per name; returns {name: id}."""
-    archive = directory / f"images-{len(list(directory.iterdir()))}.tar"
-    ids = build_oci_archive_many(archive, names)
-    import_image(runtime.socket, archive)
-    return dict(zip(names, ids))
-
-
-def wait_listed(runtime: Containerd, count: int) -> None:
-    """Until CRI lists `count` images: it learns of imports a moment after ctr returns."""
-    with ImageClient(runtime.endpoint) as client:
-        wait_until(lambda: len(client.list_images()) == count, f"CRI lists {count} images")
 
 
 def printed(capsys, endpoint: str, *extra: str) -> dict:

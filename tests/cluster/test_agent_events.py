@@ -27,7 +27,7 @@ from image_preflight.agent.publisher import Agent, Publisher
 from image_preflight.cli import build_parser
 from tests.containerd import build_oci_archive_many, import_image, remove
 from tests.controlplane.network import relay
-from tests.agent.test_agent import ALPHA, SWE, cluster, import_images, wait_listed, wait_until  # noqa: F401 - fixture
+from tests.agent_cluster import ALPHA, SWE, import_images, wait_listed, wait_until
 
 NEVER = 600.0  # --interval: no periodic list happens within a test
 # A bound, not a measure: the agent lists 0.2 s after the last event; CI machines may be slow.

@@ -15,13 +15,11 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from tests.agent_lightning import JOB_NAME_PREFIX, MANAGED_BY, TEMPLATE, build_job_spec, example_row
+from tests.agent_lightning import JOB_NAME_PREFIX, MANAGED_BY, TEMPLATE, build_job_spec, example_row, fails_at_once
 from tests.controlplane.cluster import create_node, delete_namespaces, set_node_images, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.agent_lightning import fails_at_once
-from tests.cluster.test_cluster_webhook import (  # noqa: F401 - deployed is a fixture
-    DENIED_PREFIX, ENFORCE_LABEL, _kr8s_create, _names, _namespace, _status, deployed)
-from tests.deploy.test_deploy import SELF_SIGNED, deploy_copy  # noqa: F401 - fixture
+from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, SELF_SIGNED, containerd_names
+from tests.cluster.kube_calls import kr8s_create, new_namespace, status_of
 
 ID = uuid.uuid4().hex[:8]
 NODE_LABEL = {"image-preflight.test/agentlightning": ID}
@@ -63,7 +61,7 @@ class Rollouts:
     namespaces: list[str] = field(default_factory=list)
 
     def namespace(self) -> str:
-        name = _namespace(self.plane, ENFORCE_LABEL)
+        name = new_namespace(self.plane, ENFORCE_LABEL)
         self.namespaces.append(name)
         return name
 
@@ -96,10 +94,10 @@ def rollouts(control_plane, deployed, deploy_copy, tmp_path_factory):  # noqa: F
     (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
         "resources": [f"../{SELF_SIGNED}"], "components": ["../components/agentlightning-only"]}))
     try:
-        cpu_images = [_names(HELD, "a"), _names(LATER, "b")]
+        cpu_images = [containerd_names(HELD, "a"), containerd_names(LATER, "b")]
         for name in CPU:
             create_node(control_plane, name, labels=NODE_LABEL, taints=[], images=cpu_images)
-        create_node(control_plane, GPU, labels=NODE_LABEL, taints=[GPU_TAINT], images=[_names(MISSING, "c")])
+        create_node(control_plane, GPU, labels=NODE_LABEL, taints=[GPU_TAINT], images=[containerd_names(MISSING, "c")])
         control_plane.kubectl("apply", "--server-side", "-k", str(overlay))
         served.start()
         probe = state.namespace()
@@ -135,7 +133,7 @@ def test_a_job_rendered_from_agent_lightnings_template_with_a_missing_image_is_d
     pod_spec = job["spec"]["template"]["spec"]
     assert "nodeSelector" not in pod_spec and "tolerations" not in pod_spec
 
-    error = _kr8s_create(control_plane, namespace, job)
+    error = kr8s_create(control_plane, namespace, job)
     assert isinstance(error, str), error
     # agentlightning/controller/k8s_reconciler.py, K8sReconciler._create_job: fails the rollout at once,
     # with error_message "Invalid Job spec: " + this text (the apiserver's Status message).
@@ -186,7 +184,7 @@ def test_a_rollout_pod_whose_image_left_the_nodes_after_its_job_was_admitted_is_
     assert ("Pod", first.metadata.name, "allow") in rollouts.decisions(namespace)
 
     for node in CPU:
-        set_node_images(control_plane, node, [_names(HELD, "a")])
+        set_node_images(control_plane, node, [containerd_names(HELD, "a")])
     wait_for(lambda: not _created(control_plane, namespace, _rollout_job(_row(LATER_REPOSITORY), namespace)),
              "the webhook sees the image gone")
     batch.patch_namespaced_job(name, namespace, {"spec": {"parallelism": 2}})
@@ -214,7 +212,7 @@ def test_a_pod_update_that_drops_the_job_name_label_is_still_decided(control_pla
     with pytest.raises(ApiException) as caught:
         core.patch_namespaced_pod("rollout", namespace, drop_label_and_swap_image)
     assert caught.value.status == 422
-    assert _status(caught.value)["message"].startswith(DENIED_PREFIX) and MISSING in _status(caught.value)["message"]
+    assert status_of(caught.value)["message"].startswith(DENIED_PREFIX) and MISSING in status_of(caught.value)["message"]
     assert core.read_namespaced_pod("rollout", namespace).spec.containers[0].image == HELD
 
     # A Pod that never carried the label: neither its creation nor the same update reaches the webhook.

@@ -17,13 +17,12 @@ import pytest
 
 from tests.controlplane.cluster import create_node, running_control_plane, set_node_images, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.cluster.test_cluster_webhook import _names
-from tests.deploy.test_deploy import SELF_SIGNED, deploy_copy  # noqa: F401 - fixture
+from tests.builders import SELF_SIGNED, containerd_names
 
 GROUP = {"key": "image-preflight.test/group", "value": "faults", "effect": "NoSchedule"}
 LABELS = {"image-preflight.test/group": "faults"}
 IMAGE = "swe-smith/task-faults:openai"
-OTHER = [_names("swe-smith/task-other:openai", "d")]  # a list without IMAGE (an empty one proves nothing)
+OTHER = [containerd_names("swe-smith/task-other:openai", "d")]  # a list without IMAGE (an empty one proves nothing)
 BOUND_S = 20.0  # generous: the watch delivers within a second here; CI machines are shared
 FIGURES: dict[str, float] = {}
 
@@ -44,7 +43,7 @@ def served(control_plane, deploy_copy, tmp_path_factory):
     folder = tmp_path_factory.mktemp("faults")
     kubeconfig = control_plane.service_account_kubeconfig("image-preflight", "image-preflight",
                                                           folder / "sa.kubeconfig")
-    create_node(control_plane, "faults-1", images=[_names(IMAGE, "c")], labels=LABELS, taints=[GROUP])
+    create_node(control_plane, "faults-1", images=[containerd_names(IMAGE, "c")], labels=LABELS, taints=[GROUP])
     webhook = ServedWebhook(control_plane, deploy_copy / SELF_SIGNED / "certs", kubeconfig, folder / "serve.log")
     webhook.start()
     yield webhook
@@ -92,7 +91,7 @@ def test_decisions_follow_nodes_added_changed_cordoned_and_removed(control_plane
     # A new node counts once the node lifecycle controller has lifted its not-ready taint.
     _follows("node added (and made Ready)", served, lambda: create_node(
         control_plane, "faults-2", images=OTHER, labels=LABELS, taints=[GROUP], wait_ready=False), allowed=False)
-    _follows("images changed", served, lambda: set_node_images(control_plane, "faults-2", [_names(IMAGE, "c")]),
+    _follows("images changed", served, lambda: set_node_images(control_plane, "faults-2", [containerd_names(IMAGE, "c")]),
              allowed=True)
     _follows("image removed", served, lambda: set_node_images(control_plane, "faults-2", OTHER), allowed=False)
     _follows("node cordoned", served, lambda: core.patch_node("faults-2", {"spec": {"unschedulable": True}}),
@@ -132,5 +131,5 @@ def test_decisions_follow_changes_made_after_an_apiserver_restart(control_plane,
     # controller (itself reconnecting) to lift its not-ready taint.
     _follows("apiserver restarted, then images changed", served,
              lambda: set_node_images(control_plane, "faults-1", OTHER), allowed=False)
-    set_node_images(control_plane, "faults-1", [_names(IMAGE, "c")])
+    set_node_images(control_plane, "faults-1", [containerd_names(IMAGE, "c")])
     wait_for(lambda: _allowed(served), "faults-1 holds the image again")

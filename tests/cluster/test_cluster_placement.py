@@ -13,8 +13,8 @@ from kubernetes.client.rest import ApiException
 
 from tests.controlplane.cluster import create_node, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.cluster.test_cluster_webhook import DENIED_PREFIX, ENFORCE_LABEL, _names, _namespace, deployed  # noqa: F401
-from tests.deploy.test_deploy import deploy_copy  # noqa: F401 - fixture
+from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, containerd_names
+from tests.cluster.kube_calls import new_namespace
 from image_preflight.core.decide.decision import ALLOW, DENY, decide
 from image_preflight.core.decide.runtime_classes import runtime_class_from_object
 from image_preflight.core.sources.snapshots import load_snapshot
@@ -42,13 +42,13 @@ def cluster(control_plane, deployed, tmp_path_factory):  # noqa: F811 - fixture
     core = control_plane.core()
     node_v1 = k8s.NodeV1Api(core.api_client)
     create_node(control_plane, _node("a"), labels=POOL, taints=[],
-                images=[_names(HELD, "a"), _names(ONLY_A, "b"), [FILLER]])
+                images=[containerd_names(HELD, "a"), containerd_names(ONLY_A, "b"), [FILLER]])
     create_node(control_plane, _node("b"), labels=POOL, taints=[], unschedulable=True,
-                images=[_names(HELD, "a"), [FILLER]])
+                images=[containerd_names(HELD, "a"), [FILLER]])
     create_node(control_plane, _node("c"), labels=POOL, taints=[DEDICATED_TAINT], images=[[FILLER]])
-    create_node(control_plane, _node("d"), labels=POOL, taints=[], images=[_names(HELD, "a"), [FILLER]])
+    create_node(control_plane, _node("d"), labels=POOL, taints=[], images=[containerd_names(HELD, "a"), [FILLER]])
     create_node(control_plane, _node("s"), labels={**POOL, "image-preflight.test/runtime": ID},
-                taints=[SANDBOX_TAINT], images=[_names(SANDBOXED, "c"), [FILLER]])
+                taints=[SANDBOX_TAINT], images=[containerd_names(SANDBOXED, "c"), [FILLER]])
     node_v1.create_runtime_class({
         "metadata": {"name": RUNTIME_CLASS}, "handler": "runc",
         "scheduling": {"nodeSelector": {"image-preflight.test/runtime": ID},
@@ -58,7 +58,7 @@ def cluster(control_plane, deployed, tmp_path_factory):  # noqa: F811 - fixture
     kubeconfig = control_plane.service_account_kubeconfig("image-preflight", "image-preflight", folder / "sa.kubeconfig")
     served = ServedWebhook(control_plane, deployed, kubeconfig, folder / "serve.log")
     served.start()
-    namespace = _namespace(control_plane, ENFORCE_LABEL)
+    namespace = new_namespace(control_plane, ENFORCE_LABEL)
     try:
         wait_for(lambda: _denied(control_plane, namespace, _job("probe", ONLY_A), dry_run="All"),
                  "the apiserver calls the webhook", timeout_s=60)
@@ -75,7 +75,7 @@ def cluster(control_plane, deployed, tmp_path_factory):  # noqa: F811 - fixture
 
 @pytest.fixture
 def namespace(control_plane, cluster) -> str:
-    return _namespace(control_plane, ENFORCE_LABEL)
+    return new_namespace(control_plane, ENFORCE_LABEL)
 
 
 def _pod_spec(image: str, *, node_selector: dict | None = None, **fields) -> dict:

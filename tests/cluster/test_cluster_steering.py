@@ -17,9 +17,8 @@ from kubernetes.client.rest import ApiException
 from image_preflight.core.admission.steering import STEERED_TO
 from tests.controlplane.cluster import create_node, delete_namespaces, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.cluster.test_cluster_webhook import (  # noqa: F401 - deployed is a fixture
-    DENIED_PREFIX, ENFORCE_LABEL, _names, _namespace, deployed, job_manifest)
-from tests.deploy.test_deploy import SELF_SIGNED, deploy_copy  # noqa: F401 - fixture
+from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, SELF_SIGNED, containerd_names, job_manifest
+from tests.cluster.kube_calls import new_namespace
 
 ID = uuid.uuid4().hex[:8]
 NODES = tuple(f"steer-{n}-{ID}" for n in "abc")
@@ -44,11 +43,11 @@ def steered(control_plane, deployed, deploy_copy, tmp_path_factory):  # noqa: F8
     try:
         images = {NODES[0]: [ON_ONE, ON_TWO, ON_ALL], NODES[1]: [ON_TWO, ON_ALL], NODES[2]: [ON_ALL]}
         for name, held in images.items():
-            create_node(control_plane, name, images=[_names(image, "abcdef"[i]) for i, image in enumerate(held)],
+            create_node(control_plane, name, images=[containerd_names(image, "abcdef"[i]) for i, image in enumerate(held)],
                         taints=[])
         control_plane.kubectl("apply", "--server-side", "-k", str(overlay))
         served.start()
-        namespace = _namespace(control_plane, ENFORCE_LABEL)
+        namespace = new_namespace(control_plane, ENFORCE_LABEL)
         namespaces.append(namespace)
         # The apiserver picks up both configurations from its informers: wait until it steers.
         probe = {"metadata": {"generateName": "probe-"}, "spec": {"containers": [
@@ -67,7 +66,7 @@ def steered(control_plane, deployed, deploy_copy, tmp_path_factory):  # noqa: F8
 def _run(steered, image: str) -> tuple[str, list]:
     """Create a rollout-shaped Job with parallelism 5 in a new opted-in namespace; its bound Pods."""
     plane, _, namespaces = steered
-    namespace = _namespace(plane, ENFORCE_LABEL)
+    namespace = new_namespace(plane, ENFORCE_LABEL)
     namespaces.append(namespace)
     core = plane.core()
     k8s.BatchV1Api(core.api_client).create_namespaced_job(namespace, job_manifest("rollout", image, parallelism=PODS))
@@ -103,7 +102,7 @@ def test_a_pod_whose_image_every_node_holds_is_not_steered(steered):
 
 def test_a_job_whose_image_no_node_holds_is_denied_at_create(steered):
     plane, _, namespaces = steered
-    namespace = _namespace(plane, ENFORCE_LABEL)
+    namespace = new_namespace(plane, ENFORCE_LABEL)
     namespaces.append(namespace)
     with pytest.raises(ApiException) as caught:
         k8s.BatchV1Api(plane.core().api_client).create_namespaced_job(

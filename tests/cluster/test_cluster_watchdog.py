@@ -14,11 +14,8 @@ import asyncio
 import contextlib
 import json
 import os
-import subprocess
-import sys
 import threading
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -32,99 +29,17 @@ from image_preflight.core.watchdog import job_failure
 from image_preflight.core.watchdog.stalls import Stalls
 from image_preflight.kube.client import api_client
 from image_preflight.watchdog.actions import Actions
-from tests.controlplane.cluster import create_node, delete_namespaces, free_port, set_node_images, terminate, wait_for
+from tests.controlplane.cluster import create_node, delete_namespaces, set_node_images, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.cluster.test_cluster_webhook import (  # noqa: F401 - deployed is a fixture
-    DENIED_PREFIX, ENFORCE_LABEL, _names, _namespace, deployed, job_manifest)
-from tests.deploy.test_deploy import SELF_SIGNED, deploy_copy  # noqa: F401 - fixture
+from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, SELF_SIGNED, containerd_names, failed_condition, job_manifest
+from tests.cluster.kube_calls import new_namespace
+from tests.cluster.watchdog_process import BOUND_S, FakeKubelet, GRACE_S, Watchdog
 
 ID = uuid.uuid4().hex[:8]
 NODE = f"wd-cpu-{ID}"
 HELD = f"swe-smith/task-watchdog.{ID}:openai"
 LATER = f"swe-smith/task-watchdog-later.{ID}:openai"  # held, then collected
-GRACE_S = 3.0
-# Generous: the point is "at once, not at the 1,800 s deadline"; benchmarks/watchdog_latency.py
-# measures the real figure.
-BOUND_S = GRACE_S + 30.0
 FIGURES: dict[str, float] = {}
-
-
-class FakeKubelet:
-    """What the kubelet does for a Pod being deleted: terminal status, then delete with grace 0."""
-
-    def __init__(self, plane) -> None:
-        self.core = plane.core()
-        self.namespaces: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def start(self) -> "FakeKubelet":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(0.2):
-            for namespace in list(self.namespaces):
-                try:
-                    for pod in self.core.list_namespaced_pod(namespace).items:
-                        if pod.metadata.deletion_timestamp is not None:
-                            self._terminate(pod)
-                except ApiException:
-                    pass  # gone meanwhile; the next round sees
-
-    def _terminate(self, pod) -> None:
-        name, namespace = pod.metadata.name, pod.metadata.namespace
-        if pod.status.phase not in ("Failed", "Succeeded"):
-            statuses = [{"name": c.name, "image": c.image, "imageID": "", "ready": False, "restartCount": 0,
-                         "state": {"terminated": {"exitCode": 137, "reason": "ContainerStatusUnknown"}}}
-                        for c in pod.spec.containers]
-            self.core.patch_namespaced_pod_status(name, namespace, {"status": {"phase": "Failed",
-                                                                               "containerStatuses": statuses}})
-        # Options in the body, which the apiserver reads instead of the query (handlers/delete.go).
-        self.core.delete_namespaced_pod(name, namespace, body=k8s.V1DeleteOptions(
-            grace_period_seconds=0, preconditions=k8s.V1Preconditions(uid=pod.metadata.uid)))
-
-
-class Watchdog:
-    """`image-preflight watchdog` as a process."""
-
-    def __init__(self, plane, kubeconfig: Path, log: Path, *extra: str) -> None:
-        self.kubeconfig, self.log = kubeconfig, log
-        self.metrics_port = free_port()
-        self.args = [sys.executable, "-m", "image_preflight", "watchdog", "--kubeconfig", str(kubeconfig),
-                     "--grace", str(GRACE_S), "--metrics-port", str(self.metrics_port), "--host", "127.0.0.1", *extra]
-        self.popen: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        with open(self.log, "ab") as out:
-            self.popen = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        wait_for(lambda: self.metrics() is not None, "the watchdog's /metrics", timeout_s=30)
-
-    def stop(self) -> None:
-        terminate(self.popen)
-
-    def metrics(self) -> str | None:
-        if self.popen is not None and self.popen.poll() is not None:
-            raise RuntimeError(f"watchdog exited with {self.popen.returncode}:\n{self.tail()}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=2) as answer:
-                return answer.read().decode()
-        except OSError:
-            return None
-
-    def lines(self) -> list[dict]:
-        found = []
-        for line in self.log.read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                found.append(json.loads(line))
-        return found
-
-    def tail(self) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
 
 
 class Cluster:
@@ -135,7 +50,7 @@ class Cluster:
         self.namespaces: list[str] = []
 
     def namespace(self, opted_in: bool = True) -> str:
-        name = _namespace(self.plane, ENFORCE_LABEL if opted_in else {})
+        name = new_namespace(self.plane, ENFORCE_LABEL if opted_in else {})
         self.namespaces.append(name)
         self.kubelet.namespaces.append(name)
         return name
@@ -176,11 +91,6 @@ def never_pull_message(image: str) -> str:
     return f'Container image "{image}" is not present with pull policy of Never'
 
 
-def failed_condition(job: dict) -> dict | None:
-    return next((c for c in job.get("status", {}).get("conditions") or []
-                 if c["type"] == "Failed" and c["status"] == "True"), None)
-
-
 @pytest.fixture(scope="module")
 def cluster(control_plane, deployed, deploy_copy, tmp_path_factory):  # noqa: F811 - fixtures
     """The self-signed overlay with deploy/components/watchdog applied, `serve` and `watchdog`
@@ -200,7 +110,7 @@ def cluster(control_plane, deployed, deploy_copy, tmp_path_factory):  # noqa: F8
     state = Cluster(control_plane, watchdog, kubelet, kubeconfig)
     core = control_plane.core()
     try:
-        create_node(control_plane, NODE, images=[_names(HELD, "a"), _names(LATER, "b")], taints=[])
+        create_node(control_plane, NODE, images=[containerd_names(HELD, "a"), containerd_names(LATER, "b")], taints=[])
         served.start()
         watchdog.start()
         yield state
@@ -339,7 +249,7 @@ def test_a_job_whose_pod_the_webhook_denied_fails_at_the_failed_create(cluster):
     namespace = cluster.namespace()
     cluster.job(namespace, "denied", LATER, completions=2)
     cluster.bound_pod(namespace, "denied")
-    set_node_images(cluster.plane, NODE, [_names(HELD, "a")])
+    set_node_images(cluster.plane, NODE, [containerd_names(HELD, "a")])
     try:
         probe = job_manifest("probe", LATER)
         wait_for(lambda: _denied(cluster, namespace, probe), "the webhook sees the image gone")
@@ -347,7 +257,7 @@ def test_a_job_whose_pod_the_webhook_denied_fails_at_the_failed_create(cluster):
         condition = wait_for(lambda: failed_condition(cluster.read_job(namespace, "denied")), "the Job fails",
                              timeout_s=BOUND_S)
     finally:
-        set_node_images(cluster.plane, NODE, [_names(HELD, "a"), _names(LATER, "b")])
+        set_node_images(cluster.plane, NODE, [containerd_names(HELD, "a"), containerd_names(LATER, "b")])
     assert condition["reason"] == "DeadlineExceeded"
     denials = [e.message for e in cluster.events(namespace, "Job", "denied") if e.reason == "FailedCreate"]
     assert denials and all(DENIED_PREFIX in m for m in denials), denials

@@ -4,13 +4,11 @@ controller and the scheduler doing the rest."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
 import uuid
 
-import kr8s.asyncio
 import pytest
 import yaml
 from kubernetes import client as k8s
@@ -18,32 +16,14 @@ from kubernetes.client.rest import ApiException
 
 from tests.controlplane.cluster import KUBELET_PORT, create_node, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.deploy.test_deploy import SELF_SIGNED, deploy_copy  # noqa: F401 - fixture
+from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, SELF_SIGNED, WEBHOOK, containerd_names, job_manifest
 from image_preflight.core.decide.scheduling import NodeTraits, PodPlacement, unschedulable_reason
+from tests.cluster.kube_calls import kr8s_create, new_namespace, status_of
 
-WEBHOOK = "validate.image-preflight.io"
-ENFORCE_LABEL = {"image-preflight.io/enforce": "true"}
 HELD = "swe-smith/task-held:openai"
 HELD_ON_ONE = "swe-smith/task-partial:openai"
 MISSING = "swe-smith/task-missing:openai"
 NODES = ("e2e-cpu-a", "e2e-cpu-b")
-DENIED_PREFIX = f'admission webhook "{WEBHOOK}" denied the request: invalid:'
-
-
-def _names(image: str, hex_digit: str) -> list[str]:
-    """The names a containerd node reports for a locally built image: tag and digest."""
-    repository = "docker.io/" + image.rsplit(":", 1)[0]
-    return ["docker.io/" + image, f"{repository}@sha256:{hex_digit * 64}"]
-
-
-@pytest.fixture(scope="session")
-def deployed(control_plane, deploy_copy):
-    """The self-signed overlay and the node agent applied for real, with certificates from
-    `image-preflight certs`."""
-    control_plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / "agent"))
-    control_plane.kubectl("wait", "--for=condition=Established", "crd/nodeimages.image-preflight.io")
-    control_plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / SELF_SIGNED))
-    return deploy_copy / SELF_SIGNED / "certs"
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +31,8 @@ def nodes(control_plane):
     # The rollout nodes: untainted, like the CPU nodes agent-lightning's template lands on. Deleted
     # afterwards: any Pod without a selector would land on them in later modules.
     yield [
-        create_node(control_plane, NODES[0], images=[_names(HELD, "a"), _names(HELD_ON_ONE, "b")], taints=[]),
-        create_node(control_plane, NODES[1], images=[_names(HELD, "a")], taints=[]),
+        create_node(control_plane, NODES[0], images=[containerd_names(HELD, "a"), containerd_names(HELD_ON_ONE, "b")], taints=[]),
+        create_node(control_plane, NODES[1], images=[containerd_names(HELD, "a")], taints=[]),
     ]
     for name in NODES:
         control_plane.core().delete_node(name)
@@ -66,7 +46,7 @@ def webhook(control_plane, deployed, nodes, tmp_path_factory):
     served = ServedWebhook(control_plane, deployed, kubeconfig, folder / "serve.log")
     served.start()
     # The apiserver picks the configuration up from its informer: wait until it calls us.
-    namespace = _namespace(control_plane, ENFORCE_LABEL)
+    namespace = new_namespace(control_plane, ENFORCE_LABEL)
     try:
         wait_for(lambda: _dry_run_denied(control_plane, namespace), "the apiserver calls the webhook", timeout_s=60)
     except AssertionError as exc:
@@ -75,37 +55,9 @@ def webhook(control_plane, deployed, nodes, tmp_path_factory):
     served.stop()
 
 
-def _namespace(plane, labels: dict | None = None) -> str:
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    plane.core().create_namespace({"metadata": {"name": name, "labels": labels or {}}})
-    return name
-
-
 @pytest.fixture
 def enforced(control_plane, webhook) -> str:
-    return _namespace(control_plane, ENFORCE_LABEL)
-
-
-def job_manifest(name: str, image: str, *, parallelism: int = 1) -> dict:
-    """Shaped as agent-lightning's swe_smith job-template-openai.yaml renders it, after
-    build_job_spec: no nodeSelector, the Pod labelled app: agl-rollout."""
-    return {
-        "apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "agentlightning",
-                                              "agentlightning/rollout-id": name}},
-        "spec": {
-            "backoffLimit": 0, "parallelism": parallelism, "completions": parallelism,
-            "template": {
-                "metadata": {"labels": {"app": "agl-rollout"}},
-                "spec": {"restartPolicy": "Never", "containers": [{
-                    "name": "agent", "image": image, "imagePullPolicy": "IfNotPresent",
-                    "command": ["bash", "-lc", "python /agl/agents/smith_agent.py"],
-                    "env": [{"name": "AGL_TASK_INPUT", "value": "fix the bug"}],
-                    "resources": {"requests": {"cpu": "50m", "memory": "1Gi"}},
-                }]},
-            },
-        },
-    }
+    return new_namespace(control_plane, ENFORCE_LABEL)
 
 
 def _dry_run_denied(plane, namespace: str) -> bool:
@@ -115,10 +67,6 @@ def _dry_run_denied(plane, namespace: str) -> bool:
     except ApiException as exc:
         return exc.status == 422
     return False
-
-
-def _status(exc: ApiException) -> dict:
-    return json.loads(exc.body)
 
 
 def test_the_apiserver_reaches_the_webhook_at_its_service_over_verified_tls(control_plane, webhook, enforced):
@@ -134,7 +82,7 @@ def test_a_job_whose_image_no_node_holds_fails_at_create_with_422(control_plane,
     batch = k8s.BatchV1Api(control_plane.core().api_client)
     with pytest.raises(ApiException) as caught:
         batch.create_namespaced_job(enforced, job_manifest("rollout-missing", MISSING))
-    status = _status(caught.value)
+    status = status_of(caught.value)
     assert caught.value.status == 422 and status["code"] == 422 and status["reason"] == "Invalid"
     assert status["message"].startswith(DENIED_PREFIX), status["message"]
     assert MISSING in status["message"]
@@ -148,27 +96,11 @@ def test_a_job_whose_image_only_one_eligible_node_holds_is_denied(control_plane,
         k8s.BatchV1Api(control_plane.core().api_client).create_namespaced_job(
             enforced, job_manifest("rollout-partial", HELD_ON_ONE))
     assert caught.value.status == 422
-    assert NODES[1] in _status(caught.value)["message"]
-
-
-def _kr8s_create(plane, namespace: str, manifest: dict) -> dict | str:
-    """Create a Job as agent-lightning's controller does (kr8s, async); the stored Job, or the
-    text of the exception (the controller catches Exception and reads str(exc))."""
-    async def create() -> dict | str:
-        api = await kr8s.asyncio.api(kubeconfig=str(plane.kubeconfig))
-        job = await kr8s.asyncio.objects.Job({**manifest, "metadata": {**manifest["metadata"], "namespace": namespace}},
-                                             api=api)
-        try:
-            await job.async_create()
-        except Exception as exc:
-            return str(exc)
-        return job.raw
-
-    return asyncio.run(create())
+    assert NODES[1] in status_of(caught.value)["message"]
 
 
 def test_kr8s_sees_the_denial_as_agent_lightning_does(control_plane, webhook, enforced):
-    error = _kr8s_create(control_plane, enforced, job_manifest("rollout-kr8s", MISSING))
+    error = kr8s_create(control_plane, enforced, job_manifest("rollout-kr8s", MISSING))
     assert isinstance(error, str), error
     # agentlightning/controller/k8s_reconciler.py, K8sReconciler._create_job: any of these marks the
     # rollout failed at once instead of retrying.
@@ -196,7 +128,7 @@ def test_a_held_image_runs_to_a_pod_bound_to_a_node_the_webhook_called_eligible(
 
 
 def test_kr8s_creates_a_job_whose_image_is_held(control_plane, webhook, enforced):
-    created = _kr8s_create(control_plane, enforced, job_manifest("rollout-kr8s-held", HELD))
+    created = kr8s_create(control_plane, enforced, job_manifest("rollout-kr8s-held", HELD))
     assert isinstance(created, dict) and created["metadata"]["uid"], created
 
 
@@ -211,7 +143,7 @@ def test_dry_run_all_is_decided_and_nothing_is_stored(control_plane, webhook, en
 
 
 def test_a_namespace_without_the_opt_in_label_is_not_checked(control_plane, webhook):
-    namespace = _namespace(control_plane)
+    namespace = new_namespace(control_plane)
     k8s.BatchV1Api(control_plane.core().api_client).create_namespaced_job(namespace, job_manifest("j", MISSING))
     wait_for(lambda: control_plane.core().list_namespaced_pod(namespace).items, "the Job controller creates the Pod")
     assert [d for d in webhook.decisions() if d["namespace"] == namespace] == []
@@ -246,7 +178,7 @@ def test_the_failure_policy_fail_component_rejects_while_the_webhook_is_down(
 
         # The apiserver's informer takes the new policy within a moment.
         error = wait_for(rejected, "failurePolicy Fail is in force", timeout_s=30)
-        assert error.status == 500 and f'failed calling webhook "{WEBHOOK}"' in _status(error)["message"]
+        assert error.status == 500 and f'failed calling webhook "{WEBHOOK}"' in status_of(error)["message"]
     finally:
         control_plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / SELF_SIGNED))
         webhook.start()
@@ -350,7 +282,7 @@ def test_agent_publishes_over_cri_and_the_webhook_decides_from_the_complete_list
         # The complete list makes the absent image missing, and the built one present.
         denied = wait_for(lambda: _dry_run(control_plane, enforced, _agent_job("after", ABSENT)),
                           "the webhook reads the published list", timeout_s=30)
-        assert denied.status == 422 and ABSENT.removeprefix("docker.io/") in _status(denied)["message"]
+        assert denied.status == 422 and ABSENT.removeprefix("docker.io/") in status_of(denied)["message"]
         assert _dry_run(control_plane, enforced, _agent_job("built", BUILT)) is None
     finally:
         agent.terminate()
@@ -395,7 +327,7 @@ def test_the_apiserver_adds_exactly_the_default_tolerations_the_decision_assumes
 
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
            "spec": {"containers": [{"name": "c", "image": HELD}]}}
-    stored = control_plane.core().create_namespaced_pod(_namespace(control_plane), pod, dry_run="All")
+    stored = control_plane.core().create_namespaced_pod(new_namespace(control_plane), pod, dry_run="All")
     assert {(t.key, t.operator, t.effect, t.toleration_seconds) for t in stored.spec.tolerations} == {
         (t.key, t.operator, t.effect, 300) for t in ADMISSION_TOLERATIONS}
 
@@ -409,6 +341,6 @@ def test_the_apiserver_defaults_an_image_volume_pull_policy_as_the_decision_does
             "volumes": [{"name": "tagged", "image": {"reference": HELD}},
                         {"name": "untagged", "image": {"reference": "swe-smith/tools"}}]}
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
-    stored = control_plane.core().create_namespaced_pod(_namespace(control_plane), pod, dry_run="All")
+    stored = control_plane.core().create_namespaced_pod(new_namespace(control_plane), pod, dry_run="All")
     assert {v.name: v.image.pull_policy for v in stored.spec.volumes if v.image} == {
         i.container: i.pull_policy for i in container_images(spec) if i.field == "volumes"}

@@ -22,7 +22,7 @@ from tests.controlplane.cluster import (
     wait_for,
 )
 from tests.controlplane.webhook import ServedWebhook
-from tests.deploy.test_deploy import NAMESPACE, SELF_SIGNED, SERVICE, deploy_copy  # noqa: F401 - fixture
+from tests.builders import NAMESPACE, SELF_SIGNED, SERVICE
 from image_preflight.cli import main
 from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time
 from image_preflight.doctor.gc import GRANT_PROXY
@@ -271,7 +271,7 @@ def test_the_namespace_selector_of_deploy_base_is_read_as_the_apiserver_reads_it
     import yaml
 
     from image_preflight.doctor.findings import selects
-    from tests.deploy.test_deploy import DEPLOY
+    from tests.builders import DEPLOY
 
     configuration = yaml.safe_load((DEPLOY / "base" / "webhook.yaml").read_text())
     assert selects(configuration["webhooks"][0]["namespaceSelector"], labels) is selected
@@ -371,7 +371,7 @@ def test_a_replica_waiting_for_its_own_image_is_named_with_its_node_and_the_impo
     assert len(texts) == 3  # a terminating Pod is on its way out
 
 
-# --- the kubelet's image GC against the needed images (image_preflight/doctor/gc.py) ---------------
+# --- the kubelet's image GC against the needed images (doctor/gc.py) ---------------
 
 NEEDED = ["docker.io/library/rollout-a:v1", "docker.io/library/rollout-b:v1", "docker.io/library/rollout-c:v1",
           "docker.io/library/rollout-d:v1"]

@@ -12,8 +12,8 @@ import pytest
 
 from tests.controlplane.cluster import PARKED, set_node_images
 from tests.fake_apiserver import write_kubeconfig
-from tests.core.test_admission import ABSENT, HELD, NOW, pod_spec, review, workload
-from tests.webhook.test_webhook_server import EXAMPLE_NODES, missing_job_review, start_webhook, wait_until  # noqa: F401
+from tests.builders import ABSENT, EXAMPLE_NODES, HELD, NOW, missing_job_review, pod_spec, review, workload
+from tests.serving import wait_until
 from image_preflight.core.admission.review import Settings, admit, parse_review
 from image_preflight.core.decide.inventory import NodeImages
 from image_preflight.webhook.live_inventory import LiveInventory

@@ -10,7 +10,6 @@ a locally built image that was never pushed.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import subprocess
 import sys
@@ -19,138 +18,32 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 import image_preflight
 from image_preflight.core.watchdog import job_failure
 from image_preflight.core.sources.node_status import CAP_ANNOTATION
-from tests.agent_lightning import TEMPLATE, build_job_spec, example_row
-from tests.controlplane.cluster import create_node, terminate, wait_for
-from tests.controlplane.webhook import ServedWebhook
+from tests.controlplane.cluster import create_node, wait_for
 from tests.needs import record_figures
 from tests.node.images import PAUSE_NAME, swe_smith_image
-from tests.node.real_node import NODE_NAME, RealNode
-from tests.cluster.test_cluster_watchdog import Watchdog
-from tests.deploy.test_deploy import SELF_SIGNED, deploy_copy  # noqa: F401 - fixture
+from tests.node.real_node import NODE_NAME
+from tests.cluster.real_stack import (
+    ABSENT,
+    DENIED,
+    GRACE_S,
+    HELD,
+    WATCHDOG_BOUND_S,
+    apply_without_pods,
+    delete_node_images,
+    doctor,
+    job_name,
+    node_images,
+    running_agent,
+    stuck_job_fails,
+)
 
-ENFORCE = {"image-preflight.io/enforce": "true"}
-DENIED = 'admission webhook "validate.image-preflight.io" denied the request: invalid:'
-HELD = swe_smith_image("pandas-dev", "pandas", "95280573e1")
-ABSENT = swe_smith_image("getmoto", "moto", "694ce1f4a1")
-GRACE_S = 3.0
-WATCHDOG_BOUND_S = GRACE_S + 40.0  # ErrImagePull within ~2 s, then the grace, then the Job controller
 FIGURES: dict[str, float] = {}
-
-
-@pytest.fixture(scope="module")
-def stack(real_node, deploy_copy, tmp_path_factory):  # noqa: F811 - fixture
-    """deploy/ on the real node's control plane (self-signed overlay, watchdog and steering
-    components, the agent's CRD and RBAC), with `serve --steer` and `watchdog` as host processes
-    of their own ServiceAccounts. The manifests' own Pods are not started here (their image is
-    not on the node); the webhook's Deployment is scaled to none and the agent's DaemonSet removed."""
-    plane = real_node.plane
-    folder = tmp_path_factory.mktemp("real-node-stack")
-    overlay = deploy_copy / "_real-node"
-    overlay.mkdir(exist_ok=True)
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [f"../{SELF_SIGNED}"], "components": ["../components/watchdog", "../components/steer"]}))
-    plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / "agent"))
-    plane.kubectl("wait", "--for=condition=Established", "crd/nodeimages.image-preflight.io")
-    plane.kubectl("-n", "image-preflight-agent", "delete", "daemonset", "--all")
-    apply_without_pods(plane, overlay)
-    certs = deploy_copy / SELF_SIGNED / "certs"
-    served = ServedWebhook(plane, certs, plane.service_account_kubeconfig(
-        "image-preflight", "image-preflight", folder / "serve.kubeconfig"), folder / "serve.log", "--steer")
-    watchdog = Watchdog(plane, plane.service_account_kubeconfig(
-        "image-preflight", "image-preflight-watchdog", folder / "watchdog.kubeconfig"), folder / "watchdog.log")
-    served.start()
-    watchdog.start()
-    real_node.import_images([HELD])
-    real_node.wait_in_status(HELD)
-    stack = Stack(real_node, served, watchdog, folder)
-    stack.overlay = overlay
-    wait_for(lambda: stack.dry_run(stack.namespace(), ABSENT)[0] != 0, "the apiserver calls the webhook")
-    try:
-        yield stack
-    finally:
-        watchdog.stop()
-        served.stop()
-        for namespace in stack.namespaces:
-            plane.core().delete_namespace(namespace)
-
-
-def apply_without_pods(plane, overlay: Path) -> None:
-    """`kubectl apply -k` of an overlay, its Deployments then scaled to none: their image is not
-    on the node, and their Pods would only wait there (and be made again as they are deleted)."""
-    plane.kubectl("apply", "--server-side", "-k", str(overlay))
-    plane.kubectl("-n", "image-preflight", "scale", "deployment", "--all", "--replicas=0")
-
-
-class Stack:
-    def __init__(self, node: RealNode, served: ServedWebhook, watchdog: Watchdog, folder: Path) -> None:
-        self.node, self.served, self.watchdog, self.folder = node, served, watchdog, folder
-        self.plane = node.plane
-        self.core = self.plane.core()
-        self.batch = k8s.BatchV1Api(self.core.api_client)
-        self.namespaces: list[str] = []
-
-    def namespace(self, opted_in: bool = True) -> str:
-        name = f"rn-{uuid.uuid4().hex[:8]}"
-        self.core.create_namespace({"metadata": {"name": name, "labels": ENFORCE if opted_in else {}}})
-        # What agent-lightning's SWE-smith template mounts besides the image.
-        self.core.create_namespaced_config_map(name, {"metadata": {"name": "swe-smith-agent-scripts"},
-                                                      "data": {"smith_agent.py": "print('rollout')\n"}})
-        self.namespaces.append(name)
-        return name
-
-    def rollout(self, image: str, rollout_id: str | None = None) -> dict:
-        """The Job agent-lightning's controller renders for a SWE-smith row naming `image`."""
-        row = dict(example_row(example_row_id()), image_name=image.removesuffix(":openai"))
-        return build_job_spec(TEMPLATE.read_text(), row, rollout_id=rollout_id or uuid.uuid4().hex[:8],
-                              namespace=None)
-
-    def create(self, namespace: str, job: dict) -> dict:
-        return self.batch.create_namespaced_job(namespace, job).to_dict()
-
-    def dry_run(self, namespace: str, image: str, **overrides) -> tuple[int, str]:
-        """`kubectl create --dry-run=server` of a rollout Job: exit code and stderr (warnings)."""
-        job = self.rollout(image)
-        job["spec"].update(overrides)
-        done = self.plane.kubectl("-n", namespace, "create", "--dry-run=server", "-f", "-",
-                                  input=json.dumps(job), check=False)
-        return done.returncode, done.stderr
-
-    def job_condition(self, namespace: str, name: str, kind: str) -> dict | None:
-        job = self.core.api_client.sanitize_for_serialization(self.batch.read_namespaced_job(name, namespace))
-        return next((c for c in job.get("status", {}).get("conditions") or []
-                     if c["type"] == kind and c["status"] == "True"), None)
-
-    def pods(self, namespace: str, job: str) -> list:
-        return self.core.list_namespaced_pod(namespace, label_selector=f"batch.kubernetes.io/job-name={job}").items
-
-    def waiting_reasons(self, namespace: str, job: str) -> set[str]:
-        return {s.state.waiting.reason for p in self.pods(namespace, job)
-                for s in (p.status.container_statuses or ()) if s.state and s.state.waiting}
-
-    @contextlib.contextmanager
-    def webhook_unreachable(self):
-        """The webhook's Service leads nowhere: `failurePolicy: Ignore` admits what it would deny."""
-        self.plane.network.withdraw(self.served.address)
-        try:
-            yield
-        finally:
-            self.plane.network.expose(self.served.address, self.served.port)
-
-
-def example_row_id() -> str:
-    first = Path(__file__).resolve().parents[2] / "examples" / "swe-smith" / "train.jsonl"
-    return json.loads(first.read_text(encoding="utf-8").splitlines()[0])["instance_id"]
-
-
-def _job_name(job: dict) -> str:
-    return job["metadata"]["name"]
 
 
 # --- admission against what the kubelet reports --------------------------------------------------
@@ -159,7 +52,7 @@ def _job_name(job: dict) -> str:
 def test_a_rollout_job_whose_image_the_node_holds_runs_there_and_completes(stack):
     namespace = stack.namespace()
     job = stack.create(namespace, stack.rollout(HELD))
-    name = _job_name(job)
+    name = job_name(job)
     wait_for(lambda: stack.job_condition(namespace, name, "Complete"), f"Job {name} Complete", timeout_s=90)
     (pod,) = stack.pods(namespace, name)
     assert pod.spec.node_name == NODE_NAME and pod.status.phase == "Succeeded"
@@ -276,32 +169,9 @@ def test_doctor_tells_whether_the_webhook_is_registered_and_its_fix_works(stack)
 # --- the watchdog on the kubelet's own statuses ----------------------------------------------------
 
 
-def _stuck_job_fails(stack, namespace: str, job: dict, expected: set[str]) -> tuple[dict, set[str]]:
-    name = _job_name(job)
-    seen: set[str] = set()
-
-    def failed():
-        seen.update(stack.waiting_reasons(namespace, name))
-        return stack.job_condition(namespace, name, "Failed")
-
-    # Unreachable until the Job fails: else the webhook denies the Job controller's Pod, and the
-    # watchdog fails the Job at that FailedCreate before any kubelet status.
-    with stack.webhook_unreachable():
-        stack.create(namespace, job)
-        condition = wait_for(failed, f"Job {name} Failed", timeout_s=WATCHDOG_BOUND_S, interval_s=0.2)
-    assert condition["reason"] == "DeadlineExceeded"
-    assert not expected or seen & expected, seen
-    annotations = stack.batch.read_namespaced_job(name, namespace).metadata.annotations or {}
-    recorded = json.loads(annotations[job_failure.ANNOTATION])
-    assert recorded["action"] == "failed" and recorded["node"] == NODE_NAME
-    # The Job controller deletes the Pod; the real kubelet ends it and lets it go.
-    wait_for(lambda: stack.pods(namespace, name) == [], f"the Pods of {name} are gone", timeout_s=60)
-    return recorded, seen
-
-
 def test_an_absent_if_not_present_image_fails_its_pull_and_the_watchdog_fails_the_job(stack):
     namespace = stack.namespace()
-    recorded, seen = _stuck_job_fails(stack, namespace, stack.rollout(ABSENT), {"ErrImagePull", "ImagePullBackOff"})
+    recorded, seen = stuck_job_fails(stack, namespace, stack.rollout(ABSENT), {"ErrImagePull", "ImagePullBackOff"})
     assert recorded["reason"] in ("ErrImagePull", "ImagePullBackOff") and recorded["image"] == ABSENT
     assert any(ABSENT.split(":")[0].removeprefix("docker.io/") in line for line in stack.node.registry_requests())
 
@@ -310,10 +180,10 @@ def test_an_absent_never_image_and_an_invalid_name_are_failed_too(stack):
     namespace = stack.namespace()
     never = stack.rollout(ABSENT)
     never["spec"]["template"]["spec"]["containers"][0]["imagePullPolicy"] = "Never"
-    recorded, _ = _stuck_job_fails(stack, namespace, never, {"ErrImageNeverPull"})
+    recorded, _ = stuck_job_fails(stack, namespace, never, {"ErrImageNeverPull"})
     assert recorded["reason"] == "ErrImageNeverPull"
     invalid = stack.rollout("docker.io/jyangballin/SWESmith.Upper:openai")
-    recorded, _ = _stuck_job_fails(stack, namespace, invalid, {"InvalidImageName"})
+    recorded, _ = stuck_job_fails(stack, namespace, invalid, {"InvalidImageName"})
     assert recorded["reason"] == "InvalidImageName"
 
 
@@ -321,7 +191,7 @@ def test_a_held_image_in_the_same_namespace_is_never_touched(stack):
     namespace = stack.namespace()
     with stack.webhook_unreachable():
         held = stack.create(namespace, stack.rollout(HELD))
-    name = _job_name(held)
+    name = job_name(held)
     wait_for(lambda: stack.job_condition(namespace, name, "Complete"), f"{name} Complete", timeout_s=90)
     time.sleep(GRACE_S)
     assert job_failure.ANNOTATION not in (stack.batch.read_namespaced_job(name, namespace).metadata.annotations or {})
@@ -336,7 +206,7 @@ def test_an_image_removed_after_admission_is_caught(stack):
     stack.node.wait_in_status(image)
     job = stack.rollout(image)
     job["spec"].update({"completions": 2, "parallelism": 1})
-    name = _job_name(stack.create(namespace, job))
+    name = job_name(stack.create(namespace, job))
     wait_for(lambda: any(p.status.phase in ("Running", "Succeeded") for p in stack.pods(namespace, name)),
              "the first Pod started", timeout_s=60)
     stack.node.remove_images(image)
@@ -356,7 +226,7 @@ def test_a_steered_pod_is_bound_to_the_node_holding_its_image_and_runs(stack):
         namespace = stack.namespace()
         job = stack.rollout(HELD)
         job["spec"].update({"completions": 4, "parallelism": 4})
-        name = _job_name(stack.create(namespace, job))
+        name = job_name(stack.create(namespace, job))
         wait_for(lambda: stack.job_condition(namespace, name, "Complete"), f"{name} Complete", timeout_s=120)
         pods = stack.pods(namespace, name)
         assert {p.spec.node_name for p in pods} == {NODE_NAME}
@@ -378,32 +248,6 @@ def dumped_cap(dumped: dict) -> str | None:
     (node,) = [item for item in dumped["items"] if item.get("kind", "Node") == "Node"
                and item["metadata"]["name"] == NODE_NAME]
     return (node["metadata"].get("annotations") or {}).get(CAP_ANNOTATION)
-
-
-def doctor(stack) -> str:
-    """`image-preflight doctor` as a user runs it beside the cluster; its findings."""
-    namespace = stack.namespace()
-    done = subprocess.run([sys.executable, "-m", "image_preflight", "doctor", "--kubeconfig",
-                           str(stack.plane.kubeconfig), "--namespace", namespace,
-                           "--webhook-address", f"127.0.0.1:{stack.served.port}"],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode in (0, 1), done.stderr
-    return done.stdout
-
-
-@contextlib.contextmanager
-def running_agent(stack, folder: Path, *extra: str):
-    kubeconfig = stack.plane.service_account_kubeconfig("image-preflight-agent", "image-preflight-agent",
-                                                        folder / "agent.kubeconfig")
-    log = folder / "agent.log"
-    with open(log, "ab") as out:
-        popen = subprocess.Popen([sys.executable, "-m", "image_preflight", "agent", "--publish", "--node", NODE_NAME,
-                                  "--cri-endpoint", stack.node.endpoint, "--kubeconfig", str(kubeconfig), *extra],
-                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        yield popen
-    finally:
-        terminate(popen)
 
 
 # --- a change of images within a second, and a node without its sandbox image ---------------------
@@ -437,7 +281,7 @@ def test_a_node_without_its_sandbox_image_is_denied_failed_and_named(stack, tmp_
             _, message = stack.dry_run(namespace, HELD)
             assert DENIED in message and PAUSE_NAME in message and "sandbox image" in message, message
             assert f"node {NODE_NAME}: its container runtime lacks its sandbox image" in doctor(stack)
-            recorded, _ = _stuck_job_fails(stack, namespace, stack.rollout(HELD), set())
+            recorded, _ = stuck_job_fails(stack, namespace, stack.rollout(HELD), set())
             assert recorded["reason"] == "FailedCreatePodSandBox", recorded
             reasons = {e.reason for e in stack.core.list_namespaced_event(namespace).items}
             assert "FailedCreatePodSandBox" in reasons, reasons
@@ -457,21 +301,6 @@ def seconds_to_admission(stack, namespace: str, image: str, timeout_s: float, in
     wait_for(lambda: stack.dry_run(namespace, image)[0] == 0, f"{image} admitted", timeout_s=timeout_s,
              interval_s=interval_s)
     return time.monotonic() - start
-
-
-def node_images(stack) -> dict | None:
-    try:
-        return k8s.CustomObjectsApi(stack.core.api_client).get_cluster_custom_object(
-            "image-preflight.io", "v1alpha1", "nodeimages", NODE_NAME)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
-def delete_node_images(stack) -> None:
-    k8s.CustomObjectsApi(stack.core.api_client).delete_collection_cluster_custom_object(
-        "image-preflight.io", "v1alpha1", "nodeimages")
 
 
 @pytest.fixture(scope="module", autouse=True)

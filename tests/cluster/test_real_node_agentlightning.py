@@ -23,8 +23,8 @@ from image_preflight.core.watchdog import job_failure
 from tests.agent_lightning import TEMPLATE, VENV, example_row, require_agent_lightning
 from tests.controlplane.cluster import free_port, terminate, wait_for
 from tests.needs import record_figures
-from tests.cluster.test_real_node import (  # noqa: F401 - fixtures
-    ABSENT, DENIED, ENFORCE, GRACE_S, HELD, apply_without_pods, deploy_copy, example_row_id, stack)
+from tests.cluster.real_stack import ABSENT, DENIED, ENFORCE, GRACE_S, HELD, apply_without_pods
+from tests.builders import example_row_id
 
 KEY = "dummy"  # run.sh's AGL_KEY default
 POLL_S = 5.0  # agl-controller's k8s_runner.poll_interval default, as run.sh leaves it

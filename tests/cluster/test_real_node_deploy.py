@@ -28,18 +28,18 @@ from tests.controlplane.cluster import wait_for
 from tests.needs import record_figures
 from tests.node.deployed import (
     AGENT_NAMESPACE,
+    AdmissionStream,
     DENIED,
     INSTALL,
     NAMESPACE,
-    AdmissionStream,
-    deployed,  # noqa: F401 - fixture
+    deployed,
     message,
     ready,
     served_serial,
 )
 from tests.node.images import swe_smith_image
 from tests.node.real_node import NODE_NAME
-from tests.cluster.test_real_node import example_row_id
+from tests.builders import example_row_id
 
 HELD = swe_smith_image("pandas-dev", "pandas", "95280573e1")
 ABSENT = swe_smith_image("getmoto", "moto", "694ce1f4a1")

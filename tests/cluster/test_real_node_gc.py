@@ -27,10 +27,8 @@ from tests.controlplane.cluster import wait_for
 from tests.needs import record_figures
 from tests.node.images import PAUSE_NAME, swe_smith_image
 from tests.node.real_node import NODE_NAME
-from tests.deploy.test_deploy import deploy_copy  # noqa: F401 - fixture
-from tests.cluster.test_real_node import (  # noqa: F401 - stack is a fixture
-    _job_name, _stuck_job_fails, delete_node_images, doctor, example_row_id, node_images, running_agent, stack,
-)
+from tests.cluster.real_stack import delete_node_images, doctor, job_name, node_images, running_agent, stuck_job_fails
+from tests.builders import example_row_id
 
 SOURCE = f"{NEEDED_NAMESPACE}/{NEEDED_NAME}"
 RUN = uuid.uuid4().hex
@@ -167,9 +165,9 @@ def test_a_pinned_needed_image_survives_the_kubelets_image_gc_and_the_unpinned_o
         namespace = stack.namespace()
         with stack.webhook_unreachable():
             kept = stack.create(namespace, stack.rollout(KEEP))
-        wait_for(lambda: stack.job_condition(namespace, _job_name(kept), "Complete"), "the KEEP rollout completes",
+        wait_for(lambda: stack.job_condition(namespace, job_name(kept), "Complete"), "the KEEP rollout completes",
                  timeout_s=90)
-        recorded, _ = _stuck_job_fails(stack, namespace, stack.rollout(LOSE), {"ErrImagePull", "ImagePullBackOff"})
+        recorded, _ = stuck_job_fails(stack, namespace, stack.rollout(LOSE), {"ErrImagePull", "ImagePullBackOff"})
         assert recorded["image"] == LOSE
     delete_node_images(stack)  # once its lease ends, a stopped agent's list makes every image unknown
 

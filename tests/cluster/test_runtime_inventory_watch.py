@@ -19,15 +19,14 @@ from kubernetes.client.rest import ApiException
 from image_preflight.agent.publisher import Publisher
 from image_preflight.cli import main
 from tests.controlplane.cluster import (
+    ControlPlane,
     NODEIMAGES_CRD,
     PARKED,
-    ControlPlane,
     apply_service_accounts,
     request_query,
     unreachable_kubeconfig,
     wait_for,
 )
-from tests.webhook.test_webhook_server import start_webhook  # noqa: F401 - fixture
 from image_preflight.core.admission.review import API_VERSION, Settings, admit
 from image_preflight.core.decide.decision import DENY, MISSING, UNKNOWN, decide
 from image_preflight.core.decide.inventory import image_key

@@ -12,27 +12,11 @@ from image_preflight.core.admission.review import API_VERSION, AUDIT, ENFORCE, W
 from image_preflight.core.decide.inventory import Inventory, NodeImages
 from image_preflight.core.decide.scheduling import NodeTraits, Taint
 from tests.agent_lightning import fails_at_once
+from tests.builders import ABSENT, HELD, NOW, RESOURCES, pod_spec, review, workload
 
-NOW = 1_796_000_000.0
 WEBHOOK_NAME = "image-preflight.image-preflight.io"
-HELD = "swesmith.x86_64.pallets__click.fde47b4b:openai"
-ABSENT = "swesmith.x86_64.owner__repo.deadbeef:openai"
 GPU_TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
 
-# (group, version, resource) of each kind, as request.kind / request.resource carry them.
-RESOURCES = {
-    "Pod": ("", "v1", "pods"),
-    "PodTemplate": ("", "v1", "podtemplates"),
-    "ReplicationController": ("", "v1", "replicationcontrollers"),
-    "ConfigMap": ("", "v1", "configmaps"),
-    "Job": ("batch", "v1", "jobs"),
-    "CronJob": ("batch", "v1", "cronjobs"),
-    "Deployment": ("apps", "v1", "deployments"),
-    "StatefulSet": ("apps", "v1", "statefulsets"),
-    "DaemonSet": ("apps", "v1", "daemonsets"),
-    "ReplicaSet": ("apps", "v1", "replicasets"),
-}
-OPTIONS = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions", "DELETE": "DeleteOptions"}
 WORKLOADS = [k for k in RESOURCES if k != "ConfigMap"]
 
 
@@ -52,74 +36,6 @@ INVENTORY = Inventory((
     node("cpu-2", HELD),
     node("gpu-1", pool="gpu", taints=(GPU_TAINT,)),
 ))
-
-
-def pod_spec(*images: str, policy: str | None = "IfNotPresent", **extra) -> dict:
-    containers = []
-    for index, image in enumerate(images):
-        container = {"name": "rollout" if index == 0 else f"side{index}", "image": image,
-                     "command": ["python", "-m", "agentlightning.runner"]}
-        if policy is not None:
-            container["imagePullPolicy"] = policy
-        containers.append(container)
-    return {"restartPolicy": "Never", "containers": containers, **extra}
-
-
-def workload(kind: str, spec: dict, name: str = "rollout-7f3a") -> dict:
-    """An object of `kind` around a pod spec, defaulted fields included as the apiserver sends them."""
-    group, version, _ = RESOURCES[kind]
-    metadata = {"name": name, "namespace": "agl", "labels": {"app.kubernetes.io/managed-by": "agentlightning"}}
-    template = {"metadata": {"labels": {"app": name}}, "spec": spec}
-    bodies = {
-        "Pod": {"spec": spec},
-        "PodTemplate": {"template": template},
-        "Job": {"spec": {"backoffLimit": 0, "completions": 1, "parallelism": 1, "suspend": False,
-                         "template": template}},
-        "CronJob": {"spec": {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": template}}}},
-        "ReplicationController": {"spec": {"replicas": 1, "template": template}},
-    }
-    body = bodies.get(kind, {"spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
-                                      "template": template}})
-    return {"apiVersion": f"{group}/{version}" if group else version, "kind": kind, "metadata": metadata,
-            **copy.deepcopy(body)}
-
-
-def review(
-    obj: dict | None,
-    *,
-    operation: str = "CREATE",
-    old: dict | None = None,
-    kind: str | None = None,
-    group: str | None = None,
-    sub_resource: str = "",
-    dry_run: bool = False,
-    uid: str = "705ab4f5-6393-11e8-b7cc-42010a800002",
-) -> dict:
-    """An AdmissionReview as the apiserver sends it (omitempty fields left out when empty)."""
-    subject = obj if obj is not None else old
-    kind = kind or subject["kind"]
-    default_group, version, resource = RESOURCES.get(kind, ("", "v1", kind.lower() + "s"))
-    group = default_group if group is None else group
-    request = {
-        "uid": uid,
-        "kind": {"group": group, "version": version, "kind": kind},
-        "resource": {"group": group, "version": version, "resource": resource},
-        "requestKind": {"group": group, "version": version, "kind": kind},
-        "requestResource": {"group": group, "version": version, "resource": resource},
-        "name": subject.get("metadata", {}).get("name", ""),
-        "namespace": subject.get("metadata", {}).get("namespace", ""),
-        "operation": operation,
-        "userInfo": {"username": "system:serviceaccount:agl:runner", "uid": "e1b3", "groups":
-                     ["system:serviceaccounts", "system:serviceaccounts:agl", "system:authenticated"]},
-        "object": obj,
-        "oldObject": old,
-        "dryRun": dry_run,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": OPTIONS.get(operation, "CreateOptions")},
-    }
-    if sub_resource:
-        request["subResource"] = sub_resource
-        request["requestSubResource"] = sub_resource
-    return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "request": request}
 
 
 def decide(rv: dict, inventory: Inventory = INVENTORY, **settings):

@@ -2,7 +2,20 @@ import json
 
 import pytest
 
-from tests.core.test_snapshots import PAUSE, PYTHON, cri_image, kube_node, node_list, runtime, status_image
+from tests.builders import (
+    NOW,
+    PAUSE,
+    PYTHON,
+    SWE,
+    cri_image,
+    inv,
+    kube_node,
+    node,
+    node_list,
+    pod,
+    runtime,
+    status_image,
+)
 from image_preflight.core.decide.decision import (
     ALLOW,
     DENY,
@@ -18,36 +31,11 @@ from image_preflight.core.decide.decision import (
     decide_images,
     eligible_nodes,
 )
-from image_preflight.core.decide.inventory import Inventory, NodeImages
-from image_preflight.core.decide.scheduling import REASON_AFFINITY, NodeTraits, PodPlacement, SchedulingSpecError, Taint
+from image_preflight.core.decide.scheduling import PodPlacement, REASON_AFFINITY, SchedulingSpecError, Taint
 from image_preflight.core.sources.snapshots import load_snapshot
 from image_preflight.core.decide.workloads import ContainerImage, WorkloadError, pod_spec_of
 
-NOW = 1_796_000_000.0
 DIGEST = "sha256:" + "d" * 64
-SWE = "swebench/swesmith.x86_64.owner_1776_repo.abcdef12:openai"
-
-
-def node(name, *names, traits=True, complete=True, expires_at=None, ids=(), labels=None, taints=()):
-    """NodeImages with scheduling traits (traits=False: unknown, as for a single-node snapshot)."""
-    node_traits = NodeTraits(name, labels or {}, tuple(taints)) if traits else None
-    return NodeImages.from_names(name, names, ids=ids, traits=node_traits, complete=complete, expires_at=expires_at)
-
-
-def inv(*nodes):
-    return Inventory(tuple(nodes))
-
-
-def pod(*images, policy="IfNotPresent", **spec):
-    """A pod spec, one container per image; an image may be (image, policy)."""
-    containers = []
-    for index, image in enumerate(images):
-        image, pull = image if isinstance(image, tuple) else (image, policy)
-        container = {"name": f"c{index}", "image": image}
-        if pull:
-            container["imagePullPolicy"] = pull
-        containers.append(container)
-    return {"restartPolicy": "Never", "containers": containers, **spec}
 
 
 def statuses(decision):

@@ -18,26 +18,16 @@ from image_preflight.core.watchdog.pull_failures import (
     webhook_denial,
 )
 from image_preflight.core.watchdog.stalls import Stalls
-
-NS = "rollouts"
-JOB_OWNER = {"apiVersion": "batch/v1", "kind": "Job", "name": "agl-rollout-1", "uid": "job-uid", "controller": True,
-             "blockOwnerDeletion": True}
-
-
-def pod(*, reason: str | None = "ErrImageNeverPull", image: str = "swe/task:openai", policy: str | None = "IfNotPresent",
-        uid: str = "pod-uid", namespace: str = NS, owner: dict | None = JOB_OWNER, init: bool = False,
-        **metadata) -> dict:
-    container = {"name": "agent", "image": image, **({"imagePullPolicy": policy} if policy else {})}
-    state = {"waiting": {"reason": reason, "message": f"kubelet says {reason}"}} if reason else {"running": {}}
-    status = {"name": "agent", "image": image, "state": state}
-    key = "initContainerStatuses" if init else "containerStatuses"
-    return {
-        "metadata": {"name": "agl-rollout-1-abcde", "namespace": namespace, "uid": uid,
-                     "ownerReferences": [owner] if owner else [], **metadata},
-        "spec": {"nodeName": "cpu-a", ("initContainers" if init else "containers"): [container],
-                 **({"containers": [{"name": "main", "image": "x:1"}]} if init else {})},
-        "status": {"phase": "Pending", key: [status]},
-    }
+from tests.builders import (
+    JOB_OWNER,
+    NS,
+    SANDBOX_MESSAGES,
+    WEBHOOKS,
+    failed_create,
+    sandbox_event,
+    unstarted,
+    waiting_pod as pod,
+)
 
 
 # --- which containers are stuck (pkg/kubelet/images/types.go reasons) ------------------------------
@@ -132,18 +122,6 @@ def test_a_job_with_a_finishing_condition_is_finished(kind, expected):
 
 
 # --- the Job controller's FailedCreate carrying a webhook's denial ----------------------------------
-
-WEBHOOKS = frozenset({"validate.image-preflight.io"})
-
-
-def failed_create(webhook: str = "validate.image-preflight.io", *, reason: str = "FailedCreate",
-                  kind: str = "Job", uid: str = "job-uid") -> dict:
-    # pkg/controller/controller_utils.go createPods: "Error creating: %v" of the apiserver's
-    # error, apiserver/pkg/admission/plugin/webhook/errors/statuserror.go ToStatusErr.
-    return {"metadata": {"name": "agl-rollout-1.1", "namespace": NS, "uid": "event-uid"}, "reason": reason,
-            "involvedObject": {"apiVersion": "batch/v1", "kind": kind, "name": "agl-rollout-1", "namespace": NS,
-                               "uid": uid},
-            "message": f'Error creating: admission webhook "{webhook}" denied the request: invalid: image x is absent'}
 
 
 def test_a_failed_create_carrying_our_denial_is_recognised():
@@ -289,47 +267,9 @@ def test_the_event_names_image_node_and_reason_and_its_name_is_the_same_for_ever
 
 # --- the kubelet's FailedCreatePodSandBox: the runtime lacks its sandbox image ----------------------
 
-# The kubelet's words (pkg/kubelet/kuberuntime/kuberuntime_manager.go, SyncPod: "Failed to create pod
-# sandbox: %v" of the CRI error, "rpc error: code = <code> desc = <message>"), around containerd's:
-SANDBOX_MESSAGES = {
-    # 2.3: podsandbox Controller.Start, "failed to get sandbox image %q: %w" around client.GetImage's
-    # "image %q: not found" (core/metadata/images.go), as when disable_pause_image_pull is set.
-    "containerd 2.3 Start": 'Failed to create pod sandbox: rpc error: code = NotFound desc = failed to get sandbox '
-    'image "registry.k8s.io/pause:3.10.1": image "registry.k8s.io/pause:3.10.1": not found',
-    # 2.3: criService.ensurePauseImageExists, "failed to pull image %q: %w", the registry without it
-    # (core/remotes/docker/resolver.go: "%s: %w" of ErrNotFound; client/pull.go "failed to resolve reference").
-    "containerd 2.3 pre-pull": 'Failed to create pod sandbox: rpc error: code = NotFound desc = failed to pull image '
-    '"registry.k8s.io/pause:3.10.1": failed to pull and unpack image "registry.k8s.io/pause:3.10.1": failed to '
-    'resolve reference "registry.k8s.io/pause:3.10.1": registry.k8s.io/pause:3.10.1: not found',
-    # 1.6 (pkg/cri/server/sandbox_run.go) to 2.2: ensureImageExists pulls, and the pull finds nothing.
-    "containerd 1.6": 'Failed to create pod sandbox: rpc error: code = NotFound desc = failed to get sandbox image '
-    '"registry.k8s.io/pause:3.6": failed to pull image "registry.k8s.io/pause:3.6": failed to pull and unpack image '
-    '"registry.k8s.io/pause:3.6": failed to resolve reference "registry.k8s.io/pause:3.6": '
-    'registry.k8s.io/pause:3.6: not found',
-}
 SANDBOX_IMAGES = {"containerd 2.3 Start": "registry.k8s.io/pause:3.10.1",
                   "containerd 2.3 pre-pull": "registry.k8s.io/pause:3.10.1",
                   "containerd 1.6": "registry.k8s.io/pause:3.6"}
-
-
-def sandbox_event(message: str = SANDBOX_MESSAGES["containerd 2.3 Start"], *, uid: str = "pod-uid",
-                  reason: str = "FailedCreatePodSandBox", kind: str = "Pod") -> dict:
-    """A kubelet's Event as the apiserver serves it (core/v1, the legacy recorder)."""
-    return {"metadata": {"name": "agl-rollout-1-abcde.18b2f4c1", "namespace": NS, "uid": "event-uid"},
-            "involvedObject": {"kind": kind, "namespace": NS, "name": "agl-rollout-1-abcde", "uid": uid,
-                               "apiVersion": "v1", "resourceVersion": "812"},
-            "reason": reason, "message": message, "source": {"component": "kubelet", "host": "cpu-a"},
-            "type": "Warning", "count": 3}
-
-
-def unstarted(**changes) -> dict:
-    """A bound Pod the kubelet has not got a sandbox for: its containers wait in ContainerCreating."""
-    bound = pod(reason="ContainerCreating")
-    bound["status"]["conditions"] = [{"type": "PodReadyToStartContainers", "status": "False"},
-                                     {"type": "PodScheduled", "status": "True"}]
-    for key, value in changes.items():
-        bound[key] = {**bound[key], **value}
-    return bound
 
 
 @pytest.mark.parametrize("version", SANDBOX_MESSAGES)

@@ -5,8 +5,7 @@ import json
 
 import pytest
 
-from tests.core.test_decision import NOW, SWE, inv, node
-from tests.core.test_snapshots import kube_node
+from tests.builders import NOW, SWE, inv, kube_node, node
 from image_preflight.core.admission.review import Settings, admit
 from image_preflight.core.decide.decision import ALLOW, DENY, NO_ELIGIBLE_NODE, UNKNOWN, decide
 from image_preflight.core.decide.inventory import Inventory

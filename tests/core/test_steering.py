@@ -14,11 +14,11 @@ import json
 import pytest
 
 from image_preflight.core.admission import steering
-from image_preflight.core.admission.review import Settings, admit
+from image_preflight.core.admission.review import ReviewDecision, Settings, admit
 from image_preflight.core.decide.decision import ALLOW, DENY, REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE, UNKNOWN, decide
-from image_preflight.core.admission.mutation import NOT_STEERED, STEERED, steer
+from image_preflight.core.admission.mutation import steer
 from image_preflight.core.decide.scheduling import Taint
-from tests.core.test_decision import inv, node, pod
+from tests.builders import inv, node, pod
 
 IMAGE = "swe/task:openai"
 OTHER = "swe/other:openai"
@@ -114,8 +114,18 @@ def terms_of(document: dict) -> list:
         "nodeSelectorTerms"]
 
 
+def steered(original: dict, inventory=None, holders: str = "ab", labels=None) -> list[dict]:
+    """The JSONPatch POST /mutate answers for the Pod `original`: steered to `holders` (which hold
+    its image; one more eligible node lacks it) unless `inventory` is given."""
+    if inventory is None:
+        inventory = inv(*(node(n, *HELD, labels=labels) for n in holders), node("lacking", labels=labels))
+    response = steer(review(original), inventory, Settings(steer=True)).review["response"]
+    assert response["allowed"] is True and response["patchType"] == "JSONPatch"
+    return json.loads(base64.b64decode(response["patch"]))
+
+
 def test_a_pod_without_affinity_gets_one_term_per_node_and_the_annotation():
-    patched = apply(full_pod(), steering.patch(full_pod(), ("a", "b")))
+    patched = apply(full_pod(), steered(full_pod()))
     assert terms_of(patched) == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [n]}]}
                                  for n in ("a", "b")]
     assert patched["metadata"]["annotations"] == {steering.STEERED_TO: "2 nodes"}
@@ -131,7 +141,7 @@ def test_the_requirement_is_anded_into_every_existing_term():
         "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": {"matchExpressions": [zone]}}]},
         "podAntiAffinity": {"x": 1}})
     original["metadata"]["annotations"] = {"keep": "me"}
-    patched = apply(original, steering.patch(original, ("a", "b")))
+    patched = apply(original, steered(original, labels={"zone": "z1"}))
 
     def pin(name):
         return {"key": "metadata.name", "operator": "In", "values": [name]}
@@ -146,7 +156,8 @@ def test_the_requirement_is_anded_into_every_existing_term():
 
 
 def test_every_node_field_selector_has_one_value_as_the_apiserver_requires():
-    patched = apply(full_pod(), steering.patch(full_pod(), tuple("abcdef")))
+    patched = apply(full_pod(), steered(full_pod(), holders="abcdef"))
+    assert len(terms_of(patched)) == 6
     for term in terms_of(patched):
         assert all(len(r["values"]) == 1 and r["operator"] == "In" for r in term["matchFields"])
 
@@ -157,8 +168,7 @@ def test_a_steered_pod_is_decided_allowed_and_steering_it_again_changes_nothing(
     original = full_pod(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
         "nodeSelectorTerms": [{"matchExpressions": [{"key": "kubernetes.io/os", "operator": "NotIn",
                                                       "values": ["windows"]}]}]}}})
-    plan = plan_for(original["spec"], inventory)
-    patched = apply(original, steering.patch(original, plan.nodes))
+    patched = apply(original, steered(original, inventory))
     after = decide(patched["spec"], inventory, require=REQUIRE_ALL)
     assert after.outcome == ALLOW and after.eligible == tuple(holders)
     assert plan_for(patched["spec"], inventory).reason == steering.ALL_HOLD  # reinvocation: no patch
@@ -177,8 +187,9 @@ def test_mutate_answers_with_a_json_patch_and_always_allows():
     outcome = steer(review(full_pod()), three("a"), Settings(steer=True))
     response = outcome.review["response"]
     assert response["allowed"] is True and response["patchType"] == "JSONPatch"
-    assert json.loads(base64.b64decode(response["patch"])) == steering.patch(full_pod(), ("a",))
-    assert (outcome.decision, outcome.detail) == (STEERED, "1 nodes: a")
+    assert terms_of(apply(full_pod(), json.loads(base64.b64decode(response["patch"])))) == [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a"]}]}]
+    assert (outcome.decision, outcome.detail) == (ReviewDecision.STEERED, "1 nodes: a")
 
 
 @pytest.mark.parametrize("request_,inventory,reason", [
@@ -189,7 +200,7 @@ def test_mutate_answers_with_a_json_patch_and_always_allows():
 def test_mutate_says_why_it_did_not_steer(request_, inventory, reason):
     outcome = steer(request_, inventory, Settings(steer=True))
     assert "patch" not in outcome.review["response"] and outcome.review["response"]["allowed"] is True
-    assert (outcome.decision, outcome.detail) == (NOT_STEERED, reason)
+    assert (outcome.decision, outcome.detail) == (ReviewDecision.NOT_STEERED, reason)
 
 
 @pytest.mark.parametrize("request_", [review(full_pod(), operation="UPDATE"),

@@ -23,7 +23,7 @@ import yaml
 from cryptography import x509
 from kubernetes_validate.utils import latest_version
 
-from image_preflight.cli import build_parser, main
+from image_preflight.cli import build_parser
 from image_preflight.doctor.findings import selects as selector_matches  # metav1.LabelSelector
 from image_preflight.core.decide.decision import DENY, decide
 from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
@@ -31,15 +31,12 @@ from image_preflight.files.inventory import load_inventory_file
 from image_preflight.core.decide.workloads import pod_spec_of
 from tests.agent_lightning import build_job_spec, example_row
 from tests.needs import unavailable
+from tests.builders import COMPONENTS, KUSTOMIZATIONS, NAMESPACE, SELF_SIGNED, SERVICE, base_of
 
 ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy"
 EXAMPLES = ROOT / "examples" / "swe-smith"
-SERVICE = NAMESPACE = "image-preflight"
 WEBHOOK = "validate.image-preflight.io"
-SELF_SIGNED = "overlays/self-signed"
 K8S_VERSION = latest_version()
-KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
 # Custom resources have no schema in kubernetes-validate; every such group needs a line here.
 CERT_MANAGER = "cert-manager.io"  # checked by cert_manager_problems() below
 UNVALIDATED_GROUPS = {"image-preflight.io": "the node agent's own resources; their CRD is validated"}
@@ -49,30 +46,6 @@ CLUSTER_SCOPED = {
     "CustomResourceDefinition", "PriorityClass", "RuntimeClass", "StorageClass", "ClusterIssuer",
     "NodeImages",
 }
-
-
-def _kustomizations() -> dict[str, str]:
-    """deploy/-relative directory -> kind (Kustomization or Component)."""
-    found = {}
-    for path in sorted(DEPLOY.rglob("*")):
-        if path.name in KUSTOMIZATION_FILES and path.is_file():
-            document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-            found[path.parent.relative_to(DEPLOY).as_posix()] = document.get("kind", "Kustomization")
-    return found
-
-
-KUSTOMIZATIONS = _kustomizations()
-# A component inside another component's folder is a part of it (components/steer/from-validating),
-# not something an overlay adds alone.
-COMPONENTS = sorted(d for d, kind in KUSTOMIZATIONS.items() if kind == "Component"
-                    and not any(d.startswith(f"{other}/") for other, k in KUSTOMIZATIONS.items() if k == "Component"))
-
-
-def base_of(component: str) -> str:
-    """What a component is added to: the kustomization whose components/ folder holds it
-    (agent/components/pin-needed-images: agent), else the webhook's base."""
-    head, found, _ = component.rpartition("/components/")
-    return head if found else "base"
 
 
 # Components are not standalone: each is rendered on top of its base.
@@ -95,24 +68,6 @@ def checkov() -> str:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     unavailable("checkov not found ($CHECKOV, .venv-tools/bin/checkov, PATH); see .ci/run")
-
-
-@pytest.fixture(scope="session")
-def deploy_copy(tmp_path_factory) -> Path:
-    """deploy/ in a temp dir with fresh certificates for the self-signed overlay and one overlay
-    per component, so that nothing is written into the tree and no key is ever committed."""
-    copy = tmp_path_factory.mktemp("deploy") / "deploy"
-    own_certs = DEPLOY / SELF_SIGNED / "certs"
-    shutil.copytree(DEPLOY, copy, ignore=lambda folder, names: ["certs"] if Path(folder) == own_certs.parent else [])
-    if (copy / SELF_SIGNED).is_dir():
-        out_dir = copy / SELF_SIGNED / "certs"
-        assert main(["certs", "--service", SERVICE, "--namespace", NAMESPACE, "--out-dir", str(out_dir)]) == 0
-    for component in COMPONENTS:
-        overlay = copy / "_on-base" / component.replace("/", "-")
-        overlay.mkdir(parents=True)
-        kustomization = {"resources": [f"../../{base_of(component)}"], "components": [f"../../{component}"]}
-        (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization), encoding="utf-8")
-    return copy
 
 
 def _target_dir(copy: Path, target: str) -> Path:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from image_preflight.faces import FACES
+
 ROOT = Path(__file__).resolve().parents[2]
 SUBCOMMANDS = ("scan", "serve", "certs", "agent", "inventory", "doctor", "watchdog")
 # Training stacks pin these low; the agent's CRI stubs must run at the floors.
@@ -95,7 +97,7 @@ def test_the_wheel_installs_one_top_level_package(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith((".dist-info", ".data"))}
     assert top == {"image_preflight"}
-    for face in ("webhook", "scanner", "certs", "agent", "core", "kube", "files"):
+    for face in (*FACES, "core", "kube", "files"):
         assert f"image_preflight/{face}/__init__.py" in names
 
 
@@ -110,15 +112,13 @@ def test_the_core_imports_nothing_that_does_io(wheel):
 
 
 def test_faces_import_the_core_and_shells_never_each_other():
-    faces = {"webhook": "webhook", "scanner": "scanner", "certs": "certs", "agent": "agent",
-             "doctor": "image_preflight/doctor"}
     crossing = []
-    for face, folder in faces.items():
-        others = [f for f in faces if f != face]
-        for path in (ROOT / folder).glob("*.py"):
+    for face in FACES:  # every face: the same list the package finds them by
+        others = [f for f in FACES if f != face]
+        for path in (ROOT / face).glob("*.py"):
             for other in others:
                 if re.search(rf"^\s*(from|import)\s+image_preflight\.{other}\b", path.read_text(), re.M):
-                    crossing.append(f"{folder}/{path.name} imports image_preflight.{other}")
+                    crossing.append(f"{face}/{path.name} imports image_preflight.{other}")
     assert crossing == []
 
 

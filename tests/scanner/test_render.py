@@ -2,7 +2,6 @@
 
 import json
 
-import jinja2
 import pytest
 import yaml
 
@@ -10,6 +9,7 @@ from image_preflight.scanner import filter_rows
 from image_preflight.scanner.judge import INVALID, KEPT, MISSING_IMAGE, UNRENDERABLE, RowJudge, make_template
 from image_preflight.scanner.render import JobTemplate, RowError, TemplateError, yaml_escape
 from image_preflight.core.decide.inventory import Inventory, NodeImages
+from tests.builders import controller_render
 
 JOB_HEAD = """apiVersion: batch/v1
 kind: Job
@@ -37,14 +37,6 @@ NESTED_TEMPLATE = job("{{ input.extra_info.sandbox_overrides.docker_image | yaml
 
 def image_of(job_object: dict) -> str:
     return job_object["spec"]["template"]["spec"]["containers"][0]["image"]
-
-
-def controller_render(source: str, row: dict) -> dict:
-    """What agent-lightning's controller creates for `row` (plain Environment + yaml_escape)."""
-    env = jinja2.Environment()
-    env.filters["yaml_escape"] = lambda v: json.dumps(str(v), ensure_ascii=True)
-    (document,) = list(yaml.safe_load_all(env.from_string(source).render(input=row, job_name="job-1")))
-    return document
 
 
 def inventory(*images: str, node: str = "node-1") -> Inventory:

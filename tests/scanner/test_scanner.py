@@ -726,7 +726,7 @@ def test_a_row_lacking_a_text_only_field_is_kept_and_counted_as_agent_lightning_
     """agentlightning/controller/k8s_reconciler.py, build_job_spec: a plain jinja2.Environment
     prints a missing `problem_statement` as "" and the Job runs; a missing `image_name` gives the
     image ":openai", which never runs."""
-    from tests.scanner.test_render import controller_render
+    from tests.builders import controller_render
 
     template = AGL_TEMPLATE.read_text()
     rows = [{"instance_id": "a", "image_name": "good", "problem_statement": "fix it"},

@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from image_preflight.errors import UsageError
+from image_preflight.errors import InputError
 from image_preflight.files.atomic import atomic_path, umask_mode, write_atomic
 
 
@@ -56,5 +56,5 @@ def test_a_block_that_raises_replaces_nothing(tmp_path):
 
 
 def test_an_unwritable_place_is_one_line_naming_the_path(tmp_path):
-    with pytest.raises(UsageError, match=r"^.*/missing/out\.json: cannot write \(No such file or directory\)$"):
+    with pytest.raises(InputError, match=r"^.*/missing/out\.json: cannot write \(No such file or directory\)$"):
         write_atomic(tmp_path / "missing" / "out.json", "x")

@@ -10,10 +10,10 @@ import threading
 
 from image_preflight.core.watchdog.job_failure import FAILED, record
 from image_preflight.core.watchdog.stalls import Stalls
-from image_preflight.watchdog.actions import Outcome
+from image_preflight.watchdog.actions import Handled
 from image_preflight.watchdog.metrics import Metrics
 from image_preflight.watchdog.runner import RETRY_S, Watchdog
-from tests.core.test_pull_failures import NS, WEBHOOKS, failed_create, pod
+from tests.builders import NS, WEBHOOKS, failed_create, waiting_pod as pod
 
 
 class Clock:
@@ -36,7 +36,7 @@ class Recorder:
             self.failures -= 1
             raise ConnectionError("apiserver unreachable")
         self.handled.append((stall.key, waited_s))
-        return Outcome(FAILED, "", record(stall, FAILED, at="t", waited_s=waited_s))
+        return Handled(FAILED, "", record(stall, FAILED, at="t", waited_s=waited_s))
 
 
 def watchdog(actions: Recorder, clock: Clock, metrics: Metrics | None = None) -> Watchdog:
@@ -116,7 +116,7 @@ def test_the_loop_wakes_when_a_namespace_opts_in_and_stops_when_asked():
 
 
 def test_a_pod_whose_node_lacks_its_sandbox_image_is_acted_on_after_the_grace_and_counted(caplog):
-    from tests.core.test_pull_failures import sandbox_event, unstarted
+    from tests.builders import sandbox_event, unstarted
 
     clock, actions, metrics = Clock(), Recorder(), Metrics()
     dog = watchdog(actions, clock, metrics)
@@ -138,7 +138,7 @@ def test_a_pod_whose_node_lacks_its_sandbox_image_is_acted_on_after_the_grace_an
 
 
 def test_a_relist_of_the_sandbox_watch_without_the_report_forgets_it():
-    from tests.core.test_pull_failures import sandbox_event, unstarted
+    from tests.builders import sandbox_event, unstarted
 
     clock, actions = Clock(), Recorder()
     dog = watchdog(actions, clock)

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from tests.core.test_admission import pod_spec, review, workload
-from tests.webhook.test_webhook_server import EXAMPLE_NODES, HOST, Webhook, three_nodes, start_webhook  # noqa: F401 - fixture
+from tests.builders import EXAMPLE_NODES, pod_spec, review, three_nodes, workload
+from tests.serving import HOST, Webhook
 from image_preflight.core.decide.decision import MISSING, Decision, ImageVerdict
 from image_preflight.core.admission.messages import MAX_MESSAGE, denial_message
 from image_preflight.core.decide.workloads import ContainerImage

@@ -13,58 +13,38 @@ import shutil
 import socket
 import ssl
 import subprocess
-import threading
 import time
-import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 import httpx
 import pytest
-import uvicorn
-from cryptography import x509
 
 from image_preflight.certs.authority import issue_serving_cert, new_private_key
 from image_preflight.certs.store import CertRequest, certificate_pem, ensure_certificates, private_key_pem
 from image_preflight.files.atomic import write_atomic
-from image_preflight.cli import build_parser
 from image_preflight.errors import InputError, UsageError
 from tests.agent_lightning import fails_at_once
-from tests.core.test_admission import ABSENT, pod_spec, review, workload
+from tests.builders import ABSENT, EXAMPLE_NODES, missing_job_review, pod_spec, review, three_nodes, workload
 from image_preflight.core.admission.review import Settings
 from image_preflight.webhook.app import WebhookState, create_app, parse_timeout
-from image_preflight.webhook.command import build_server, stop_background
+from image_preflight.webhook.command import build_server
 from image_preflight.core.decide.inventory import Inventory
 from image_preflight.webhook.metrics import Metrics
+from tests.serving import (
+    DEADLINE,
+    HOST,
+    NAMESPACE,
+    SERVICE,
+    ServiceConnection,
+    Webhook,
+    client_context,
+    issue_certificates,
+    serve_args,
+    wait_until,
+)
 
-SERVICE = NAMESPACE = "image-preflight"
-HOST = f"{SERVICE}.{NAMESPACE}.svc"
 WEBHOOK_NAME = "image-preflight.image-preflight.io"
-EXAMPLE_NODES = Path(__file__).resolve().parents[2] / "examples" / "swe-smith" / "nodes.json"
 HELD_ON_CPU = "jyangballin/swesmith.x86_64.pallets_1776_click.fde47b4b:openai"  # on cpu-node-1 in EXAMPLE_NODES
-DEADLINE = 15.0
-
-
-def wait_until(condition: Callable[[], object], what: str, deadline: float = DEADLINE) -> object:
-    end = time.monotonic() + deadline
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.02)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def issue_certificates(directory: Path) -> None:
-    ensure_certificates(directory, CertRequest(SERVICE, NAMESPACE), dt.datetime.now(dt.timezone.utc))
 
 
 def rotate_serving_certificate(directory: Path) -> int:
@@ -78,116 +58,9 @@ def rotate_serving_certificate(directory: Path) -> int:
     return cert.serial_number
 
 
-def client_context(ca_file: Path) -> ssl.SSLContext:
-    """What the apiserver does: verify against caBundle, offer http/1.1 by ALPN."""
-    context = ssl.create_default_context(cafile=str(ca_file))
-    context.set_alpn_protocols(["http/1.1"])
-    return context
-
-
-class ServiceConnection(http.client.HTTPConnection):
-    """HTTPS to 127.0.0.1 that presents and verifies the Service's DNS name, as the apiserver does."""
-
-    def __init__(self, port: int, context: ssl.SSLContext, server_name: str = HOST):
-        super().__init__("127.0.0.1", port, timeout=DEADLINE)
-        self._context, self._server_name = context, server_name
-
-    def connect(self) -> None:
-        super().connect()
-        self.sock = self._context.wrap_socket(self.sock, server_hostname=self._server_name)
-
-    def serial(self) -> int:
-        return x509.load_der_x509_certificate(self.sock.getpeercert(binary_form=True)).serial_number
-
-
-@dataclass
-class Webhook:
-    server: uvicorn.Server
-    thread: threading.Thread
-    port: int
-    metrics_port: int
-    certs: Path
-
-    def connect(self, server_name: str = HOST) -> ServiceConnection:
-        connection = ServiceConnection(self.port, client_context(self.certs / "ca.crt"), server_name)
-        connection.connect()
-        return connection
-
-    def post(self, body: bytes | dict, *, connection: ServiceConnection | None = None,
-             content_type: str = "application/json", path: str = "/validate?timeout=10s") -> tuple[int, dict]:
-        own = connection is None
-        connection = connection or self.connect()
-        try:
-            data = body if isinstance(body, bytes) else json.dumps(body).encode()
-            connection.request("POST", path, body=data, headers={
-                "Host": f"{HOST}:{self.port}", "Content-Type": content_type, "Accept": "application/json"})
-            reply = connection.getresponse()
-            return reply.status, json.loads(reply.read())
-        finally:
-            if own:
-                connection.close()
-
-    def get(self, path: str) -> tuple[int, dict]:
-        connection = self.connect()
-        try:
-            connection.request("GET", path, headers={"Host": f"{HOST}:{self.port}"})
-            reply = connection.getresponse()
-            return reply.status, json.loads(reply.read())
-        finally:
-            connection.close()
-
-    def metrics(self) -> str:
-        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
-            f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=DEADLINE
-        ) as reply:
-            return reply.read().decode()
-
-
-def serve_args(certs: Path, *extra: str):
-    return build_parser()[0].parse_args([
-        "serve", "--tls-cert", str(certs / "tls.crt"), "--tls-key", str(certs / "tls.key"),
-        "--host", "127.0.0.1", "--port", "0", *extra,
-    ])
-
-
-@pytest.fixture
-def start_webhook(tmp_path) -> Iterator[Callable[..., Webhook]]:
-    """Start `serve` in a thread with the given extra arguments; stopped cleanly after the test."""
-    started: list[Webhook] = []
-
-    def start(*extra: str) -> Webhook:
-        certs = tmp_path / "certs"
-        if not (certs / "tls.crt").exists():
-            issue_certificates(certs)
-        metrics_port = free_port()
-        server = build_server(serve_args(
-            certs, "--metrics-port", str(metrics_port),
-            "--tls-reload-interval", "0.05", "--inventory-reload-interval", "0.05", *extra,
-        ))
-        thread = threading.Thread(target=server.run, name="webhook", daemon=True)
-        thread.start()
-        wait_until(lambda: server.started or not thread.is_alive(), "the server listens")
-        assert server.started, "the server failed to start"
-        port = server.servers[0].sockets[0].getsockname()[1]
-        webhook = Webhook(server, thread, port, metrics_port, certs)
-        started.append(webhook)
-        return webhook
-
-    yield start
-    for webhook in started:
-        webhook.server.should_exit = True
-        webhook.thread.join(timeout=DEADLINE)
-        stop_background(webhook.server)
-        assert not webhook.thread.is_alive(), "the server did not shut down"
-
-
 @pytest.fixture
 def example_webhook(start_webhook) -> Webhook:
     return start_webhook("--inventory", str(EXAMPLE_NODES))
-
-
-def missing_job_review(uid: str = "3a1e0c55-0000-4000-8000-000000000001") -> dict:
-    return review(workload("Job", pod_spec(ABSENT, nodeSelector={"pool": "cpu"})), uid=uid)
 
 
 # --- TLS as the apiserver sees it -----------------------------------------------------------------
@@ -536,16 +409,6 @@ def test_the_inventory_file_is_read_again_when_it_changes(start_webhook, tmp_pat
 
 
 # --- steering: POST /mutate on the same server ----------------------------------------------------
-
-
-def three_nodes(path: Path, image: str, holders: tuple[str, ...]) -> Path:
-    nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-              "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}],
-                                     "images": [{"names": ["docker.io/" + image] if name in holders else ["x:1"],
-                                                 "sizeBytes": 1}]}}
-             for name in ("a", "b", "c")]
-    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": nodes}))
-    return path
 
 
 def test_with_steer_mutate_answers_a_pod_with_a_patch_and_validate_admits_its_job(start_webhook, tmp_path):

@@ -1,7 +1,7 @@
 """Steering: restrict a Pod to the eligible nodes that hold all its node-local images.
 
 Pure. `plan` reads a REQUIRE_ALL decision (core/decide/decision.py) and says whom to steer to, or why
-not; `patch` writes the JSONPatch that ANDs "one of those nodes" into the Pod's required node
+not; `encoded_patch` writes the JSONPatch that ANDs "one of those nodes" into the Pod's required node
 affinity, and nothing else.
 
 The requirement is `matchFields: metadata.name In [node]`, one term per node: the apiserver
@@ -90,14 +90,10 @@ def required_terms(pod: Mapping) -> list | None:
     return terms if isinstance(terms, list) and terms else None
 
 
-def patch(pod: Mapping, nodes: tuple[str, ...]) -> list[dict]:
-    """JSONPatch operations restricting `pod` to `nodes` and annotating it."""
-    return json.loads(encoded_patch(pod, nodes))
-
-
 def encoded_patch(pod: Mapping, nodes: tuple[str, ...]) -> str:
-    """patch() as JSON. It depends only on `nodes` and the shape of the Pod's affinity and
-    annotations, which rollout Pods share: remembered by that, it costs a lookup per Pod."""
+    """The JSONPatch, as JSON, restricting `pod` to `nodes` and annotating it. It depends only on
+    `nodes` and the shape of the Pod's affinity and annotations, which rollout Pods share:
+    remembered by that, it costs a lookup per Pod."""
     existing = required_terms(pod)
     terms_json = None if existing is None else json.dumps(existing, sort_keys=True, default=str)
     affinity_depth = _depth(pod, _AFFINITY_PATH)

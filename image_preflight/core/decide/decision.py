@@ -5,30 +5,56 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
-from image_preflight.core.decide import memory as decision_cache
 from image_preflight.core.decide.references import InvalidReference
 from image_preflight.core.decide.inventory import Inventory, NodeImages, image_key
 from image_preflight.core.decide.runtime_classes import RuntimeClassConflict, with_runtime_class
 from image_preflight.core.decide.scheduling import PodPlacement, as_daemon, unschedulable_reason
 from image_preflight.core.decide.workloads import ContainerImage, container_images
 
-# Image statuses.
-PRESENT, MISSING, UNKNOWN, NOT_CHECKED, INVALID = "present", "missing", "unknown", "not-checked", "invalid"
-# Outcomes.
-ALLOW, DENY, NO_ELIGIBLE_NODE = "allow", "deny", "no-eligible-node"  # and UNKNOWN
-# all: every eligible node holds every image (where the pod lands is the scheduler's choice).
-# any: each image is held by some eligible node.
-# one-node: some eligible node holds every image: what steering (core/admission/steering.py) can make true,
-#   so `serve --steer` decides Jobs and other templates by it, and `scan --steer` rows.
-REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE = "all", "any", "one-node"
-REQUIREMENTS = (REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE)
+
+
+class ImageStatus(StrEnum):
+    """What one node-local image is on the nodes the pod may land on."""
+
+    PRESENT = "present"
+    MISSING = "missing"
+    UNKNOWN = "unknown"
+    NOT_CHECKED = "not-checked"
+    INVALID = "invalid"
+
+
+class Verdict(StrEnum):
+    """A decision's outcome for the whole pod."""
+
+    ALLOW = "allow"
+    DENY = "deny"
+    UNKNOWN = "unknown"
+    NO_ELIGIBLE_NODE = "no-eligible-node"
+
+
+class Requirement(StrEnum):
+    """Where the images must be."""
+
+    ALL = "all"  # every eligible node holds every image (where the pod lands is the scheduler's choice)
+    ANY = "any"  # each image is held by some eligible node
+    # Some eligible node holds every image: what steering (core/admission/steering.py) can make true,
+    # so `serve --steer` decides Jobs and other templates by it, and `scan --steer` rows.
+    ONE_NODE = "one-node"
+
+
+# The members under the names the rules read (module globals: the decision's hot path).
+PRESENT, MISSING, UNKNOWN, NOT_CHECKED, INVALID = ImageStatus
+ALLOW, DENY, NO_ELIGIBLE_NODE = Verdict.ALLOW, Verdict.DENY, Verdict.NO_ELIGIBLE_NODE  # and Verdict.UNKNOWN
+REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE = Requirement
+REQUIREMENTS = tuple(Requirement)
 
 
 @dataclass(frozen=True, slots=True)
 class ImageVerdict:
     image: ContainerImage
-    status: str
+    status: ImageStatus
     key: str | None = None  # the name compared against node inventories
     missing_on: tuple[str, ...] = ()  # eligible nodes known to lack it
     unknown_on: tuple[str, ...] = ()  # eligible nodes whose list proves nothing
@@ -37,7 +63,7 @@ class ImageVerdict:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    outcome: str
+    outcome: Verdict
     verdicts: tuple[ImageVerdict, ...]
     eligible: tuple[str, ...]  # nodes the pod may land on
     ineligible: tuple[tuple[str, int], ...] = ()  # (scheduler reason, node count)
@@ -66,32 +92,9 @@ class Decision:
         return tuple(n for n in self.eligible if n not in halted)
 
 
-_MEMO_LIMIT = 1024  # distinct placements remembered per inventory
-_MEMO_ENTRY_CHARS = 4096  # ... each of at most this many characters: the memo stays under ~8 MiB
-
-
 def eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list[NodeImages], Counter]:
-    """The nodes `placement` may land on, and why the others are out (memoized per inventory)."""
-    found = inventory.memo.get(placement)
-    if found is None:
-        found = _eligible_nodes(placement, inventory)
-        if _characters(placement) <= _MEMO_ENTRY_CHARS:
-            if len(inventory.memo) >= _MEMO_LIMIT:
-                inventory.memo.clear()
-            inventory.memo[placement] = found
-    return found
-
-
-def _characters(placement: PodPlacement) -> int:
-    """About how much text `placement` holds; a freak one is decided without being remembered."""
-    total = sum(len(k) + len(v) for k, v in placement.node_selector.items())
-    total += sum(len(t.key) + len(t.value) + len(t.operator) + len(t.effect) for t in placement.tolerations)
-    total += len(placement.node_name or "") + len(placement.runtime_class or "")
-    total += sum(map(len, placement.term_errors))
-    for term in placement.required_terms or ():
-        total += sum(len(r.key) + sum(map(len, r.values)) for r in term.match_expressions)
-        total += sum(len(r.key) + len(r.value) for r in term.match_fields)
-    return total
+    """The nodes `placement` may land on, and why the others are out (remembered per inventory)."""
+    return inventory.memory.placement(placement, lambda: _eligible_nodes(placement, inventory))
 
 
 def _eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list[NodeImages], Counter]:
@@ -111,20 +114,7 @@ def decide(
 ) -> Decision:
     """`spec` is the pod spec of a `kind` object. Raises WorkloadError or SchedulingSpecError when
     the spec cannot be read. Remembered per inventory (see image_preflight.core.decide.memory)."""
-    try:
-        key = decision_cache.key_of(spec, kind, require, now is None)
-    except (TypeError, ValueError, RecursionError):  # a value JSON cannot hold: decide it afresh
-        key = None
-    if key is not None:
-        found = inventory.decisions.get(key)
-        if found is not None and (now is None or found[1] <= now < found[2]):
-            return found[0]
-    decision = _decide(spec, inventory, require, now, kind)
-    if key is not None:
-        if len(inventory.decisions) >= decision_cache.LIMIT:
-            inventory.decisions.clear()
-        inventory.decisions[key] = (decision, *decision_cache.window(inventory, now))
-    return decision
+    return inventory.memory.decision(spec, kind, require, now, lambda: _decide(spec, inventory, require, now, kind))
 
 
 def _decide(spec: Mapping, inventory: Inventory, require: str, now: float | None, kind: str) -> Decision:
@@ -138,7 +128,7 @@ def _decide(spec: Mapping, inventory: Inventory, require: str, now: float | None
             # Absent from a live view: the apiserver forbids the pod (or our view lags); absent from
             # a snapshot: it may not list RuntimeClasses. Either way placement is not known.
             reason = f"RuntimeClass {placement.runtime_class!r} is not in the inventory"
-            return _unplaced(images, reason, len(inventory), UNKNOWN)
+            return _unplaced(images, reason, len(inventory), Verdict.UNKNOWN)
         try:
             placement = with_runtime_class(placement, runtime_class)
         except RuntimeClassConflict as exc:
@@ -146,7 +136,7 @@ def _decide(spec: Mapping, inventory: Inventory, require: str, now: float | None
     return decide_images(images, placement, inventory, require=require, now=now)
 
 
-def _unplaced(images: Sequence[ContainerImage], reason: str, nodes: int, outcome: str) -> Decision:
+def _unplaced(images: Sequence[ContainerImage], reason: str, nodes: int, outcome: Verdict) -> Decision:
     """A decision for a pod no node can be named for: only invalid references are certain."""
     verdicts = tuple(_verdict(image, [], REQUIRE_ALL, None) for image in images)
     decided = _outcome(verdicts, False)
@@ -238,7 +228,7 @@ def _on_one_node(verdicts: tuple[ImageVerdict, ...], eligible: list[str]) -> tup
     return tuple(replace(v, status=PRESENT) if v.status in checked else v for v in verdicts)
 
 
-def _outcome(verdicts: tuple[ImageVerdict, ...], any_eligible: bool, stranded: bool = False) -> str:
+def _outcome(verdicts: tuple[ImageVerdict, ...], any_eligible: bool, stranded: bool = False) -> Verdict:
     """`stranded`: the pod may land, or can only land, where no pod starts (decide_images)."""
     statuses = {v.status for v in verdicts}
     if INVALID in statuses:
@@ -247,4 +237,4 @@ def _outcome(verdicts: tuple[ImageVerdict, ...], any_eligible: bool, stranded: b
         return NO_ELIGIBLE_NODE
     if MISSING in statuses or stranded:
         return DENY
-    return UNKNOWN if UNKNOWN in statuses else ALLOW
+    return Verdict.UNKNOWN if UNKNOWN in statuses else ALLOW

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field, replace
 
+from image_preflight.core.decide.memory import Memory
 from image_preflight.core.decide.references import InvalidReference, docker_ref, is_valid_digest
 from image_preflight.core.decide.runtime_classes import RuntimeClassScheduling
 from image_preflight.core.decide.scheduling import NodeTraits
@@ -101,18 +102,17 @@ class Inventory:
     # The cluster's RuntimeClasses by name; a pod naming one not here is undecidable.
     runtime_classes: Mapping[str, RuntimeClassScheduling] = field(default_factory=dict)
     _by_name: Mapping[str, NodeImages] = field(init=False, repr=False, compare=False)
-    # Memo for image_preflight.core.decide.decision.eligible_nodes: rollout Jobs share one placement, so the
-    # scheduler filters run once per placement and inventory instead of once per request.
-    memo: dict = field(init=False, repr=False, compare=False)
-    # Whole decisions by what decides them (image_preflight.core.decide.memory).
-    decisions: dict = field(init=False, repr=False, compare=False)
-    lease_ends: tuple[float, ...] = field(init=False, repr=False, compare=False)  # sorted expires_at
+    # What decisions about this inventory remember (image_preflight.core.decide.memory).
+    memory: Memory = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {n.node: n for n in self.nodes})
-        object.__setattr__(self, "memo", {})
-        object.__setattr__(self, "decisions", {})
-        object.__setattr__(self, "lease_ends", tuple(sorted(n.expires_at for n in self.nodes if n.expires_at is not None)))
+        object.__setattr__(self, "memory", Memory(n.expires_at for n in self.nodes if n.expires_at is not None))
+
+    @property
+    def decisions(self) -> dict:
+        """The decisions remembered about this inventory."""
+        return self.memory.decisions
 
     def get(self, node: str) -> NodeImages | None:
         return self._by_name.get(node)

@@ -1,11 +1,20 @@
-"""Remembering decisions: rollout Jobs differ in names, env and commands, rarely in what decides.
+"""What a decision remembers, and for how long: every limit, key and eviction rule of it.
 
-A decision reads only a pod spec's containers and image volumes (name, image, pull policy) and
-its scheduling fields; the key is exactly those, so two specs with one key get one decision. What
-it reads of the nodes (lists, traits, a missing sandbox image) is the inventory's: each
-Inventory keeps its own (a new inventory starts empty), and an entry lasts until the next node
-list lease in the inventory expires (or is asked about before the last one it saw expired), since
-expiry alone can change a verdict (a list's images and its sandbox report alike).
+Rollout Jobs differ in names, env and commands, rarely in what decides. Each Inventory holds one
+Memory (a new inventory starts empty) of two kinds:
+
+- placements: the nodes a placement may land on. Rollout Jobs share one placement, so the
+  scheduler filters run once per placement and inventory instead of once per request.
+- decisions: whole decisions by what decides them. A decision reads only a pod spec's containers
+  and image volumes (name, image, pull policy) and its scheduling fields; the key is exactly
+  those, so two specs with one key get one decision. What it reads of the nodes (lists, traits, a
+  missing sandbox image) is the inventory's, and an entry lasts until the next node list lease in
+  the inventory expires (or is asked about before the last one it saw expired), since expiry
+  alone can change a verdict (a list's images and its sandbox report alike).
+
+Each kind is cleared whole when full: cheap, and a working set that fits stays remembered.
+Parsing an image reference has its own process-wide cache (references.CACHE_SIZE): it depends on
+the text alone, never on an inventory.
 """
 
 from __future__ import annotations
@@ -13,12 +22,79 @@ from __future__ import annotations
 import bisect
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
+from image_preflight.core.decide.scheduling import PodPlacement
 from image_preflight.core.decide.workloads import CONTAINER_FIELDS, SCHEDULING_FIELDS, VOLUMES
 
-LIMIT = 4096  # entries per inventory
+PLACEMENTS = 1024  # distinct placements remembered per inventory
+PLACEMENT_CHARACTERS = 4096  # ... each of at most this many characters: they stay under ~8 MiB
+DECISIONS = 4096  # decisions remembered per inventory
 KEY_CHARACTERS = 4096  # a spec whose deciding text is longer is decided every time
+
+T = TypeVar("T")
+
+
+class Memory:
+    """One inventory's remembered placements and decisions."""
+
+    __slots__ = ("placements", "decisions", "lease_ends")
+
+    def __init__(self, lease_ends: Iterable[float] = ()) -> None:
+        self.placements: dict = {}  # placement -> what find() gave
+        self.decisions: dict = {}  # key_of() -> (decision, start, end): holds for now in [start, end)
+        self.lease_ends = tuple(sorted(lease_ends))  # when a node list's lease ends
+
+    def placement(self, placement: PodPlacement, find: Callable[[], T]) -> T:
+        """What find() gives for `placement`, found once per placement; a freak placement (more
+        than PLACEMENT_CHARACTERS of text) is found every time without being remembered."""
+        found = self.placements.get(placement)
+        if found is None:
+            found = find()
+            if _characters(placement) <= PLACEMENT_CHARACTERS:
+                if len(self.placements) >= PLACEMENTS:
+                    self.placements.clear()
+                self.placements[placement] = found
+        return found
+
+    def decision(self, spec: Mapping, kind: str, require: str, now: float | None, decide: Callable[[], T]) -> T:
+        """What decide() gives for `spec`, remembered while it holds (see the module's doc)."""
+        try:
+            key = key_of(spec, kind, require, now is None)
+        except (TypeError, ValueError, RecursionError):  # a value JSON cannot hold: decide it afresh
+            key = None
+        if key is None:
+            return decide()
+        found = self.decisions.get(key)
+        if found is not None and (now is None or found[1] <= now < found[2]):
+            return found[0]
+        decision = decide()
+        if len(self.decisions) >= DECISIONS:
+            self.decisions.clear()
+        self.decisions[key] = (decision, *self.window(now))
+        return decision
+
+    def window(self, now: float | None) -> tuple[float, float]:
+        """The times around `now` between which no lease ends, so a decision made at `now` holds
+        for any time in [start, end)."""
+        if now is None:
+            return -math.inf, math.inf
+        ends = self.lease_ends
+        index = bisect.bisect_right(ends, now)
+        return (ends[index - 1] if index else -math.inf), (ends[index] if index < len(ends) else math.inf)
+
+
+def _characters(placement: PodPlacement) -> int:
+    """About how much text `placement` holds."""
+    total = sum(len(k) + len(v) for k, v in placement.node_selector.items())
+    total += sum(len(t.key) + len(t.value) + len(t.operator) + len(t.effect) for t in placement.tolerations)
+    total += len(placement.node_name or "") + len(placement.runtime_class or "")
+    total += sum(map(len, placement.term_errors))
+    for term in placement.required_terms or ():
+        total += sum(len(r.key) + sum(map(len, r.values)) for r in term.match_expressions)
+        total += sum(len(r.key) + len(r.value) for r in term.match_fields)
+    return total
 
 
 def key_of(spec: Mapping, kind: str, require: str, timeless: bool) -> tuple | None:
@@ -71,12 +147,3 @@ def _text(value: object) -> str:
     # Canonical JSON: equal values, equal text. NaN and friends are refused with the rest.
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
-
-def window(inventory, now: float | None) -> tuple[float, float]:
-    """The times around `now` between which no lease in `inventory` ends, so a decision made at
-    `now` holds for any time in [start, end)."""
-    if now is None:
-        return -math.inf, math.inf
-    ends = inventory.lease_ends
-    index = bisect.bisect_right(ends, now)
-    return (ends[index - 1] if index else -math.inf), (ends[index] if index < len(ends) else math.inf)

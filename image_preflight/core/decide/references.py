@@ -19,6 +19,8 @@ import functools
 import re
 from dataclasses import dataclass
 
+from image_preflight.errors import PreflightError
+
 NAME_TOTAL_LENGTH_MAX = 255  # RepositoryNameTotalLengthMax
 DEFAULT_DOMAIN = "docker.io"
 LEGACY_DEFAULT_DOMAIN = "index.docker.io"
@@ -98,7 +100,7 @@ _MESSAGES = {
 }
 
 
-class InvalidReference(ValueError):
+class InvalidReference(PreflightError, ValueError):
     """`ref` is not a valid image reference.
 
     `error` is the Go error name ("ErrReferenceInvalidFormat", "digest.ErrDigestUnsupported",

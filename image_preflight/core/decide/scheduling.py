@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
+from image_preflight.errors import PreflightError
+
 NO_SCHEDULE = "NoSchedule"
 PREFER_NO_SCHEDULE = "PreferNoSchedule"
 NO_EXECUTE = "NoExecute"
@@ -26,7 +28,7 @@ REASON_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 _REQUIRED_PATH = ".affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
 
 
-class SchedulingSpecError(ValueError):
+class SchedulingSpecError(PreflightError, ValueError):
     """A pod spec or node object whose scheduling fields cannot be read (wrong types)."""
 
 

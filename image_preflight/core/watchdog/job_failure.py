@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
+from enum import StrEnum
 
 from image_preflight.core.objects import as_mapping
 from image_preflight.core.watchdog.pull_failures import FAILED_SANDBOX, finished
@@ -28,11 +29,27 @@ from image_preflight.core.watchdog.stalls import Stall
 ANNOTATION = "image-preflight.io/watchdog"
 EVENT_REASON = "ImageUnavailable"
 COMPONENT = "image-preflight-watchdog"
-ENFORCE, AUDIT = "enforce", "audit"
-MODES = (ENFORCE, AUDIT)
-# What was done, in the annotation, the log and the metrics. A later enforce still acts on a Job an
-# audit only recorded.
-FAILED, AUDITED, EVENT_ONLY = "failed", "audited", "event-only"
+
+
+class Mode(StrEnum):
+    ENFORCE = "enforce"  # fail the Job
+    AUDIT = "audit"  # record what enforce would do
+
+
+class Action(StrEnum):
+    """What was done, in the annotation, the log and the metrics. A later enforce still acts on a
+    Job an audit only recorded."""
+
+    FAILED = "failed"
+    AUDITED = "audited"
+    EVENT_ONLY = "event-only"
+    SKIPPED = "skipped"
+    ERROR = "error"  # the metrics' word for a write that failed
+
+
+MODES = tuple(Mode)
+ENFORCE, AUDIT = MODES
+FAILED, AUDITED, EVENT_ONLY = Action.FAILED, Action.AUDITED, Action.EVENT_ONLY
 _DONE = {ENFORCE: {FAILED}, AUDIT: {FAILED, AUDITED}}
 MAX_EVENT_MESSAGE = 1024  # kubectl describe shows it whole; the apiserver refuses past 1 MiB objects
 
