@@ -140,6 +140,7 @@ class ResourceWatcher:
         self._thread: threading.Thread | None = None
         self.synced = threading.Event()
         self.last_sync: float | None = None
+        self.listed_resource_version: str | None = None  # the last list's snapshot, where its watch starts
 
     @property
     def resource_version(self) -> str | None:
@@ -232,7 +233,7 @@ class ResourceWatcher:
         if self.absent:
             log.info("%s watch: served again", self._what)
             self.absent = False
-        self._resource_version = pages.resource_version
+        self._resource_version = self.listed_resource_version = pages.resource_version
         self.last_sync = time.monotonic()
         self.synced.set()
 

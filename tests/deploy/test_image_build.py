@@ -109,10 +109,14 @@ def _source_modules() -> set[str]:
     setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
     folders = {"image_preflight": REPO / "image_preflight",
                **{name: REPO / folder for name, folder in setuptools["package-dir"].items()}}
+
+    def folder_of(package: str) -> Path:
+        parent, _, last = package.rpartition(".")
+        return folders.get(package) or folder_of(parent) / last
+
     names = set()
     for package in setuptools["packages"]:
-        folder = folders.get(package) or folders[package.rsplit(".", 1)[0]] / package.rsplit(".", 1)[1]
-        for source in folder.glob("*.py"):
+        for source in folder_of(package).glob("*.py"):
             names.add(package if source.stem == "__init__" else f"{package}.{source.stem}")
     return names - {"image_preflight", "image_preflight.__main__"}
 
