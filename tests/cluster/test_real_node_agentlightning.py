@@ -169,7 +169,9 @@ def test_with_the_webhook_unreachable_the_watchdog_fails_the_job_and_the_rollout
     assert status["state"] == "failed" and status["error_message"].startswith("Job failed"), status
     (job,) = _jobs_of(agl, rollout)
     assert job_failure.ANNOTATION in (job.metadata.annotations or {})
-    assert FIGURES["enqueue to FAILED, watchdog (grace 3 s)"] < POLL_S + GRACE_S + 20
+    # Far inside the rollout's own 1,800 s; the slack is the Pod's sandbox start and first pull on
+    # a loaded two-core machine, where 28.9 s has been seen.
+    assert FIGURES["enqueue to FAILED, watchdog (grace 3 s)"] < POLL_S + GRACE_S + 30
 
 
 def test_without_image_preflight_the_rollout_stays_running_in_image_pull_back_off(agl):
