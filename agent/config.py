@@ -8,6 +8,7 @@ import argparse
 import os
 from dataclasses import dataclass
 
+from image_preflight.commands import runner
 from image_preflight.errors import UsageError
 from image_preflight.kube.client import ClusterFlags, add_cluster_arguments
 
@@ -47,7 +48,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--publish", action="store_true", help="keep the NodeImages object current until SIGTERM")
     mode.add_argument("--print", action="store_true", help="print the NodeImages object as JSON once and exit")
-    parser.set_defaults(run=_run)
+    parser.set_defaults(run=runner(AgentConfig, "image_preflight.agent.command"))
 
 
 @dataclass(frozen=True)
@@ -97,10 +98,3 @@ class AgentConfig:
             image_events=args.image_events, sandbox_image=args.sandbox_image,
             pin_needed_images=args.pin_needed_images, log_level=args.log_level,
         )
-
-
-def _run(args: argparse.Namespace) -> int:
-    config = AgentConfig.from_args(args)
-    from image_preflight.agent.command import run
-
-    return run(config)

@@ -7,6 +7,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from image_preflight.commands import runner
 from image_preflight.kube.client import ClusterFlags, add_cluster_arguments
 
 
@@ -22,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_cluster_arguments(dump)
     dump.add_argument("--out", type=Path, metavar="FILE", help="write here, atomically (default: stdout)")
-    dump.set_defaults(run=_run)
+    dump.set_defaults(run=runner(DumpConfig, "image_preflight.agent.dump_command"))
 
 
 @dataclass(frozen=True)
@@ -33,10 +34,3 @@ class DumpConfig:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> DumpConfig:
         return cls(cluster=ClusterFlags.from_args(args), out=args.out)
-
-
-def _run(args: argparse.Namespace) -> int:
-    config = DumpConfig.from_args(args)
-    from image_preflight.agent.dump_command import run
-
-    return run(config)

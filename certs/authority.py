@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Union
 
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-KeyKind = Literal["ecdsa", "rsa"]
-KEY_KINDS: tuple[KeyKind, ...] = ("ecdsa", "rsa")
+from image_preflight.certs.request import KeyKind
+
 PrivateKey = Union[ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey]
 
 RSA_BITS = 2048

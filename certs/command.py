@@ -9,12 +9,12 @@ import sys
 
 from image_preflight.certs.config import CertsConfig
 from image_preflight.certs.manifests import patch_webhook_file, tls_secret, to_yaml
-from image_preflight.certs.store import CertRequest, certificate_pem, ensure_certificates, private_key_pem
+from image_preflight.certs.store import certificate_pem, ensure_certificates, private_key_pem
 from image_preflight.errors import UsageError
 
 
 def run(config: CertsConfig) -> int:
-    request = certificate_request(config)
+    request = config.request
     if config.patch_webhook is not None and not config.patch_webhook.is_file():
         raise UsageError(f"{config.patch_webhook}: no such file")
 
@@ -24,7 +24,7 @@ def run(config: CertsConfig) -> int:
     ca_pem = certificate_pem(files.ca.cert)
 
     if config.patch_webhook is not None:
-        result = patch_webhook_file(config.patch_webhook, ca_pem, config.service, config.namespace)
+        result = patch_webhook_file(config.patch_webhook, ca_pem, request.service, request.namespace)
         print(
             f"set caBundle on {result.webhooks} webhooks in {result.configurations} "
             f"configurations in {config.patch_webhook}",
@@ -33,14 +33,14 @@ def run(config: CertsConfig) -> int:
         for other in result.other_services:
             print(
                 f"warning: {config.patch_webhook}: webhook {other}, "
-                f"but the certificate is for {config.service}.{config.namespace}",
+                f"but the certificate is for {request.service}.{request.namespace}",
                 file=sys.stderr,
             )
 
     if config.secret:
         secret = tls_secret(
             config.secret_name,
-            config.namespace,
+            request.namespace,
             certificate_pem(files.serving_cert),
             private_key_pem(files.serving_key),
             ca_pem,
@@ -48,13 +48,3 @@ def run(config: CertsConfig) -> int:
         sys.stdout.write(to_yaml(secret))
     return 0
 
-
-def certificate_request(config: CertsConfig) -> CertRequest:
-    return CertRequest(
-        service=config.service,
-        namespace=config.namespace,
-        days=config.days,
-        ca_days=config.ca_days,
-        renew_before_days=config.renew_before,
-        key_kind=config.key,
-    )

@@ -13,7 +13,6 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from image_preflight.certs.authority import (
     Authority,
-    KeyKind,
     PrivateKey,
     authority_problem,
     create_authority,
@@ -21,6 +20,7 @@ from image_preflight.certs.authority import (
     new_private_key,
     serving_cert_problem,
 )
+from image_preflight.certs.request import CertRequest
 from image_preflight.errors import InputError
 from image_preflight.files.atomic import write_atomic
 
@@ -30,16 +30,6 @@ TLS_CERT = "tls.crt"
 TLS_KEY = "tls.key"
 KEY_MODE = 0o600
 CERT_MODE = 0o644
-
-
-@dataclass(frozen=True, slots=True)
-class CertRequest:
-    service: str
-    namespace: str
-    days: int = 365
-    ca_days: int = 3650
-    renew_before_days: int = 30
-    key_kind: KeyKind = "ecdsa"
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ import argparse
 import os
 from dataclasses import dataclass, field
 
+from image_preflight.commands import runner
 from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES
 from image_preflight.errors import UsageError
 from image_preflight.kube.client import ClusterFlags, add_cluster_arguments
@@ -31,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the kubelets' nodeStatusMaxImages where configz is not readable (default %(default)s)")
     parser.add_argument("--node-selector", action="append", default=[], metavar="KEY=VALUE",
                         help="the rollout template's nodeSelector (agent-lightning's has none; repeatable)")
-    parser.set_defaults(run=_run)
+    parser.set_defaults(run=runner(DoctorConfig, "image_preflight.doctor.command"))
 
 
 @dataclass(frozen=True)
@@ -54,10 +55,3 @@ def _pair(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise UsageError(f"--node-selector {text!r}: expected KEY=VALUE")
     return key, value
-
-
-def _run(args: argparse.Namespace) -> int:
-    config = DoctorConfig.from_args(args)
-    from image_preflight.doctor.command import run
-
-    return run(config)

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from image_preflight.commands import runner
 from image_preflight.core.decide.decision import REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE
 from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES
 from image_preflight.errors import UsageError
@@ -42,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--fail-on-drop", action="store_true", help="exit 1 when any row was dropped")
     parser.add_argument("--max-images", type=int, default=DEFAULT_MAX_IMAGES, metavar="N",
                         help="the kubelet's nodeStatusMaxImages (-1: no cap; default %(default)s)")
-    parser.set_defaults(run=_run)
+    parser.set_defaults(run=runner(ScanConfig, "image_preflight.scanner.command"))
 
 
 @dataclass(frozen=True)
@@ -89,10 +90,3 @@ class ScanConfig:
     def inputs(self) -> list[Path]:
         """Every file read besides the datasets: never written."""
         return [*self.inventory, *([self.template] if self.template else [])]
-
-
-def _run(args: argparse.Namespace) -> int:
-    config = ScanConfig.from_args(args)
-    from image_preflight.scanner.command import run
-
-    return run(config)

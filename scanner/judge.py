@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
 from image_preflight.scanner.slots import Shape, shape_of, substitute, survives_yaml
 from image_preflight.scanner.render import MISSING, JobTemplate, RowError, as_sent, image_template, lookup, reach
@@ -15,22 +16,27 @@ from image_preflight.core.image_gc.pinning import needed_text
 from image_preflight.core.decide.scheduling import SchedulingSpecError
 from image_preflight.core.decide.workloads import WorkloadError, pod_spec_of
 
-# Why a row is dropped (or kept).
-KEPT = "kept"
-MISSING_IMAGE, UNKNOWN, UNRENDERABLE, INVALID, NO_ELIGIBLE_NODE, NO_SANDBOX = (
-    "missing",
-    "unknown",
-    "unrenderable",
-    "invalid",
-    "no-eligible-node",
-    "no-sandbox-image",  # a node it may land on starts no pod at all: its runtime lacks the pause image
-)
-DROP_REASONS = (MISSING_IMAGE, UNKNOWN, UNRENDERABLE, INVALID, NO_ELIGIBLE_NODE, NO_SANDBOX)
+
+
+class RowReason(StrEnum):
+    """Why a row is kept or dropped: the summary's columns and the dropped rows' `reason`."""
+
+    KEPT = "kept"
+    MISSING_IMAGE = "missing"
+    UNKNOWN = "unknown"
+    UNRENDERABLE = "unrenderable"
+    INVALID = "invalid"
+    NO_ELIGIBLE_NODE = "no-eligible-node"
+    NO_SANDBOX = "no-sandbox-image"  # a node it may land on starts no pod: its runtime lacks the pause image
+
+
+KEPT, MISSING_IMAGE, UNKNOWN, UNRENDERABLE, INVALID, NO_ELIGIBLE_NODE, NO_SANDBOX = RowReason
+DROP_REASONS = tuple(reason for reason in RowReason if reason is not KEPT)
 
 
 @dataclass(frozen=True, slots=True)
 class RowVerdict:
-    reason: str  # KEPT or one of DROP_REASONS
+    reason: RowReason
     images: tuple[str, ...] = ()  # the images that decided it (missing, unknown or invalid ones)
     nodes: tuple[str, ...] = ()  # nodes lacking them, or whose lists prove nothing
     detail: str = ""

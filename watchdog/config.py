@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from image_preflight.commands import runner
 from image_preflight.core.watchdog.job_failure import MODES, Mode
 from image_preflight.errors import UsageError
 from image_preflight.kube.client import ClusterFlags, add_cluster_arguments
@@ -42,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--metrics-port", type=int, default=9090, help="plain-HTTP /metrics (0: off)")
     parser.add_argument("--host", default="0.0.0.0", help="where /metrics listens")
     parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
-    parser.set_defaults(run=_run)
+    parser.set_defaults(run=runner(WatchdogConfig, "image_preflight.watchdog.command"))
 
 
 @dataclass(frozen=True)
@@ -69,10 +70,3 @@ class WatchdogConfig:
             webhook_names=frozenset(args.webhook_name or (WEBHOOK,)), metrics_port=args.metrics_port,
             host=args.host, log_level=args.log_level,
         )
-
-
-def _run(args: argparse.Namespace) -> int:
-    config = WatchdogConfig.from_args(args)
-    from image_preflight.watchdog.command import run
-
-    return run(config)

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
+from image_preflight.commands import runner
 from image_preflight.core.admission.review import MODES, UNKNOWN_POLICIES, Mode, Settings
 from image_preflight.core.admission.steering import DEFAULT_MAX_NODES
 from image_preflight.core.decide.decision import REQUIRE_ALL, REQUIRE_ANY, Verdict
@@ -48,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--inventory-reload-interval", type=float, default=5.0, metavar="SECONDS",
                         help="how often --inventory is checked for changes (default %(default)s)")
     parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
-    parser.set_defaults(run=_run)
+    parser.set_defaults(run=runner(ServeConfig, "image_preflight.webhook.command"))
 
 
 @dataclass(frozen=True)
@@ -94,10 +95,3 @@ class ServeConfig:
         """What the admission answers depend on."""
         return Settings(mode=self.mode, unknown=self.unknown, require=self.require, steer=self.steer,
                         max_steer_nodes=self.steer_max_nodes)
-
-
-def _run(args: argparse.Namespace) -> int:
-    config = ServeConfig.from_args(args)
-    from image_preflight.webhook.command import run
-
-    return run(config)

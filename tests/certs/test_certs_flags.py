@@ -6,20 +6,25 @@ from __future__ import annotations
 import pytest
 
 from image_preflight.certs import authority
-from image_preflight.certs.config import KEY_KINDS, CertsConfig
+from image_preflight.certs.config import CertsConfig
+from image_preflight.certs.request import KEY_KINDS, CertRequest
 from image_preflight.certs.manifests import patch_webhook_file
-from image_preflight.cli import main
+from image_preflight.cli import build_parser, main
 from image_preflight.errors import InputError, UsageError
 
 
-def test_the_key_kinds_offered_are_the_authoritys():
-    assert KEY_KINDS == authority.KEY_KINDS
+def test_the_flags_defaults_are_the_requests_and_every_key_kind_offered_makes_a_key(tmp_path):
+    parser, _ = build_parser("certs")
+    args = parser.parse_args(["certs", "--service", "gate", "--namespace", "jobs", "--out-dir", str(tmp_path)])
+    assert CertsConfig.from_args(args).request == CertRequest("gate", "jobs")
+    for kind in KEY_KINDS:
+        assert authority.key_kind(authority.new_private_key(kind)) == kind
 
 
 def test_the_config_names_the_flag_it_refuses(tmp_path):
     with pytest.raises(UsageError, match=r"^--renew-before: 400 must be less than --days 365$"):
-        CertsConfig(service="gate", namespace="jobs", out_dir=tmp_path, renew_before=400)
-    assert CertsConfig(service="gate", namespace="jobs", out_dir=tmp_path).secret_name == "gate-tls"
+        CertsConfig(CertRequest("gate", "jobs", renew_before_days=400), out_dir=tmp_path)
+    assert CertsConfig(CertRequest("gate", "jobs"), out_dir=tmp_path).secret_name == "gate-tls"
 
 
 def test_a_bad_webhook_file_is_an_input_error_and_one_line_from_the_command(tmp_path, capsys):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,7 @@ from tests.builders import inv, node, pod
 IMAGE = "swe/task:openai"
 OTHER = "swe/other:openai"
 HELD = ("docker.io/" + IMAGE,)
+DEPLOY_DOC = Path(__file__).resolve().parents[2] / "docs" / "deploy.md"
 
 
 def three(*holders: str, unknown: str = "") -> object:
@@ -85,7 +88,7 @@ def test_more_nodes_than_the_bound_are_not_written():
 def test_pods_placed_otherwise_are_never_steered(change, reason):
     assert steering.not_steerable({"metadata": {}, "spec": {}, **change}) == reason
     job_owned = {"metadata": {"ownerReferences": [{"kind": "Job", "controller": True}]}, "spec": {}}
-    assert steering.not_steerable(job_owned) == ""
+    assert steering.not_steerable(job_owned) is None
 
 
 # --- the patch -----------------------------------------------------------------------------------
@@ -251,3 +254,12 @@ def test_with_steering_jobs_are_decided_by_one_node_and_pods_as_configured():
     assert admit(review(job, kind="Job"), three("a"), Settings()).review["response"]["allowed"] is False
     assert admit(review(full_pod()), three("a"), settings).review["response"]["allowed"] is False
     assert admit(review(job, kind="Job"), three(), settings).review["response"]["allowed"] is False
+
+
+def test_the_deploy_guide_explains_every_reason_a_pod_is_not_steered_and_no_other():
+    text = DEPLOY_DOC.read_text()
+    table = text[text.index("Not steered, with the reason"):]
+    table = table[:table.index("\n\n", table.index("| reason |"))]
+    documented = {name for line in table.splitlines()[3:] for name in re.findall(r"`([a-z-]+)`", line.split("|")[1])}
+    assert documented == {reason.value for reason in steering.NotSteered}
+

@@ -26,7 +26,7 @@ def steer(review: Mapping, inventory: Inventory, settings: Settings, *, now: flo
             or request.get("subResource"):
         return reply(answer, review, allowed=True)
     reason = steering.not_steerable(obj)
-    if not reason:
+    if reason is None:
         try:
             decision = decide(as_mapping(obj.get("spec")), inventory, require=Requirement.ALL, now=now, kind="Pod")
         except (WorkloadError, SchedulingSpecError) as exc:

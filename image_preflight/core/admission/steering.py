@@ -17,6 +17,7 @@ import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from image_preflight.core.objects import as_mapping, is_mapping
 from image_preflight.core.decide.decision import ALLOW, INVALID, MISSING, UNKNOWN, Decision, holding_nodes
@@ -29,24 +30,39 @@ DEFAULT_MAX_NODES = 100
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 _NAME = "metadata.name"
 
-# Why a Pod is not steered (the decision log line's detail).
-NODE_NAME, DAEMON_SET, GATED = "node-name", "daemonset-pod", "scheduling-gates"
-ALL_HOLD, NONE_HOLD, INCOMPLETE = "all-eligible-nodes-hold", "no-eligible-node-holds", "incomplete-lists"
-NO_ELIGIBLE, INVALID_IMAGE, TOO_MANY = "no-eligible-node", "invalid-image", "too-many-nodes"
+
+
+class NotSteered(StrEnum):
+    """Why a Pod is not steered: the decision log line's detail (docs/deploy.md's table)."""
+
+    NODE_NAME = "node-name"
+    DAEMON_SET = "daemonset-pod"
+    GATED = "scheduling-gates"
+    ALL_HOLD = "all-eligible-nodes-hold"
+    NONE_HOLD = "no-eligible-node-holds"
+    INCOMPLETE = "incomplete-lists"
+    NO_ELIGIBLE = "no-eligible-node"
+    INVALID_IMAGE = "invalid-image"
+    TOO_MANY = "too-many-nodes"
+
+
+NODE_NAME, DAEMON_SET, GATED = NotSteered.NODE_NAME, NotSteered.DAEMON_SET, NotSteered.GATED
+ALL_HOLD, NONE_HOLD, INCOMPLETE = NotSteered.ALL_HOLD, NotSteered.NONE_HOLD, NotSteered.INCOMPLETE
+NO_ELIGIBLE, INVALID_IMAGE, TOO_MANY = NotSteered.NO_ELIGIBLE, NotSteered.INVALID_IMAGE, NotSteered.TOO_MANY
 
 
 @dataclass(frozen=True, slots=True)
 class Plan:
     nodes: tuple[str, ...] = ()  # steer to these; empty when not steered
-    reason: str = ""  # why not steered
+    reason: NotSteered | None = None  # why not, when not
 
     @property
     def steered(self) -> bool:
         return bool(self.nodes)
 
 
-def not_steerable(pod: Mapping) -> str:
-    """Why a Pod must not be steered whatever the nodes hold, or ""."""
+def not_steerable(pod: Mapping) -> NotSteered | None:
+    """Why a Pod must not be steered whatever the nodes hold, or None."""
     spec = as_mapping(pod.get("spec"))
     if spec.get("nodeName"):
         return NODE_NAME  # placed already: the kubelet admits it, the scheduler never sees it
@@ -57,7 +73,7 @@ def not_steerable(pod: Mapping) -> str:
     for owner in owners if isinstance(owners, list) else ():
         if is_mapping(owner) and owner.get("controller") is True and owner.get("kind") == "DaemonSet":
             return DAEMON_SET  # pinned to its node by its controller
-    return ""
+    return None
 
 
 def plan(decision: Decision, *, max_nodes: int = DEFAULT_MAX_NODES, terms: int = 1) -> Plan:
