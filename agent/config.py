@@ -8,12 +8,11 @@ import argparse
 import os
 from dataclasses import dataclass
 
-from image_preflight.commands import runner
+from image_preflight.commands import DEFAULT_LOG_LEVEL, add_log_level_argument, runner
 from image_preflight.errors import UsageError
 from image_preflight.kube.client import ClusterFlags, add_cluster_arguments
 
 DEFAULT_CRI_ENDPOINT = "unix:///run/containerd/containerd.sock"  # agent.cri.DEFAULT_ENDPOINT
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="pin the images this ConfigMap lists (scan --needed-images) against the kubelet's"
                         " image GC, and unpin those it pinned once unlisted; needs containerd 1.6.25, 1.7.10 or 2.x"
                         " (docs/agent.md)")
-    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    add_log_level_argument(parser)
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--publish", action="store_true", help="keep the NodeImages object current until SIGTERM")
     mode.add_argument("--print", action="store_true", help="print the NodeImages object as JSON once and exit")
@@ -63,7 +62,7 @@ class AgentConfig:
     image_events: bool = True
     sandbox_image: str | None = None
     pin_needed_images: str | None = None  # NAMESPACE/NAME of the needed list
-    log_level: str = "info"
+    log_level: str = DEFAULT_LOG_LEVEL
 
     def __post_init__(self) -> None:
         from image_preflight.agent.inventory import RENEW_WHEN_REMAINING  # loads grpc: not for --help

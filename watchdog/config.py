@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from image_preflight.commands import runner
+from image_preflight.commands import (
+    DEFAULT_LOG_LEVEL,
+    DEFAULT_METRICS_PORT,
+    add_log_level_argument,
+    add_metrics_port_argument,
+    runner,
+)
 from image_preflight.core.watchdog.job_failure import MODES, Mode
 from image_preflight.errors import UsageError
 from image_preflight.kube.client import ClusterFlags, add_cluster_arguments
@@ -16,7 +22,6 @@ from image_preflight.kube.client import ClusterFlags, add_cluster_arguments
 DEFAULT_GRACE_S = 15.0
 ENFORCE_LABEL = "image-preflight.io/enforce=true"  # the webhook's namespaceSelector
 WEBHOOK = "validate.image-preflight.io"  # deploy/base/webhook.yaml
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,9 +45,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the namespaces watched (default: the webhook's opt-in label, %(default)s)")
     parser.add_argument("--webhook-name", action="append", metavar="NAME",
                         help=f"whose denials in FailedCreate events fail the Job (repeatable; default {WEBHOOK})")
-    parser.add_argument("--metrics-port", type=int, default=9090, help="plain-HTTP /metrics (0: off)")
+    add_metrics_port_argument(parser)
     parser.add_argument("--host", default="0.0.0.0", help="where /metrics listens")
-    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    add_log_level_argument(parser)
     parser.set_defaults(run=runner(WatchdogConfig, "image_preflight.watchdog.command"))
 
 
@@ -54,9 +59,9 @@ class WatchdogConfig:
     include_always: bool = False
     namespace_selector: str = ENFORCE_LABEL
     webhook_names: frozenset[str] = frozenset((WEBHOOK,))
-    metrics_port: int = 9090  # 0: no /metrics
+    metrics_port: int = DEFAULT_METRICS_PORT  # 0: no /metrics
     host: str = "0.0.0.0"
-    log_level: str = "info"
+    log_level: str = DEFAULT_LOG_LEVEL
 
     def __post_init__(self) -> None:
         if self.grace < 0:

@@ -6,7 +6,13 @@ import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from image_preflight.commands import runner
+from image_preflight.commands import (
+    DEFAULT_LOG_LEVEL,
+    DEFAULT_METRICS_PORT,
+    add_log_level_argument,
+    add_metrics_port_argument,
+    runner,
+)
 from image_preflight.core.admission.review import MODES, UNKNOWN_POLICIES, Mode, Settings
 from image_preflight.core.admission.steering import DEFAULT_MAX_NODES
 from image_preflight.core.decide.decision import REQUIRE_ALL, REQUIRE_ANY, Verdict
@@ -14,7 +20,6 @@ from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES
 from image_preflight.errors import UsageError
 from image_preflight.kube.client import ClusterFlags, add_cluster_arguments
 
-LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -27,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tls-key", type=Path, required=True, metavar="FILE")
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=8443)
-    parser.add_argument("--metrics-port", type=int, default=9090, help="plain-HTTP /metrics (0: off)")
+    add_metrics_port_argument(parser)
     parser.add_argument("--inventory", type=Path, metavar="SNAPSHOT", help="a snapshot file, re-read when it changes")
     add_cluster_arguments(parser, when="without --inventory: ")
     parser.add_argument("--mode", choices=MODES, default=Mode.ENFORCE)
@@ -48,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tls-reload-interval", type=float, default=10.0, metavar="SECONDS")
     parser.add_argument("--inventory-reload-interval", type=float, default=5.0, metavar="SECONDS",
                         help="how often --inventory is checked for changes (default %(default)s)")
-    parser.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    add_log_level_argument(parser)
     parser.set_defaults(run=runner(ServeConfig, "image_preflight.webhook.command"))
 
 
@@ -58,7 +63,7 @@ class ServeConfig:
     tls_key: Path
     host: str = "0.0.0.0"
     port: int = 8443
-    metrics_port: int = 9090  # 0: no /metrics
+    metrics_port: int = DEFAULT_METRICS_PORT  # 0: no /metrics
     inventory: Path | None = None  # none: watch the cluster
     cluster: ClusterFlags = ClusterFlags()
     mode: Mode = Mode.ENFORCE
@@ -71,7 +76,7 @@ class ServeConfig:
     max_inventory_age: float = 600.0
     tls_reload_interval: float = 10.0
     inventory_reload_interval: float = 5.0
-    log_level: str = "info"
+    log_level: str = DEFAULT_LOG_LEVEL
 
     def __post_init__(self) -> None:
         if self.steer_max_nodes < 1:
