@@ -491,6 +491,33 @@ def failed_condition(job: dict) -> dict | None:
 # --- dataset rows and their Job templates ------------------------------------------------------------
 
 
+JOB_HEAD = """apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {{ job_name }}
+  labels:
+    app.kubernetes.io/managed-by: agentlightning
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: rollout
+        imagePullPolicy: IfNotPresent
+"""
+
+
+def job_template(image_line: str, extra: str = "") -> str:
+    """A Job template whose only container's image is `image_line` (template text); `extra` is
+    more of the Job's spec."""
+    return JOB_HEAD + f"        image: {image_line}\n" + extra
+
+
+# The SWE-smith rollout's Job as agent-lightning's template writes its image.
+SWE_TEMPLATE = job_template('{{ (input.image_name ~ ":openai") | yaml_escape }}')
+
+
 def controller_render(source: str, row: dict) -> dict:
     """What agent-lightning's controller creates for `row` (plain Environment + yaml_escape)."""
     env = jinja2.Environment()

@@ -13,6 +13,7 @@ from image_preflight.core.decide.scheduling import (
     Toleration,
     unschedulable_reason,
 )
+from tests.builders import kube_node, status_image
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 TERMS_PATH = f"spec.affinity.nodeAffinity.{REQUIRED}.nodeSelectorTerms"
@@ -371,56 +372,16 @@ def test_filters_keep_the_nodes_every_filter_passes():
 
 # --- NodeTraits -----------------------------------------------------------------------------------
 
-KUBECTL_NODE = {
-    "apiVersion": "v1",
-    "kind": "Node",
-    "metadata": {
-        "annotations": {
-            "kubeadm.alpha.kubernetes.io/cri-socket": "unix:///run/containerd/containerd.sock",
-            "node.alpha.kubernetes.io/ttl": "0",
-            "volumes.kubernetes.io/controller-managed-attach-detach": "true",
-        },
-        "creationTimestamp": "2024-05-02T09:14:11Z",
-        "labels": {
-            "beta.kubernetes.io/arch": "amd64",
-            "beta.kubernetes.io/os": "linux",
-            "kubernetes.io/arch": "amd64",
-            "kubernetes.io/hostname": "gpu-worker-3",
-            "kubernetes.io/os": "linux",
-            "nvidia.com/gpu.count": "8",
-            "topology.kubernetes.io/zone": "us-east-1b",
-        },
-        "name": "gpu-worker-3",
-        "resourceVersion": "918273",
-        "uid": "6f1c1b0e-1f1a-4c8e-9d5b-0a4c2f7e9b11",
-    },
-    "spec": {
-        "podCIDR": "10.244.3.0/24",
-        "podCIDRs": ["10.244.3.0/24"],
-        "providerID": "aws:///us-east-1b/i-0abc1234def567890",
-        "taints": [
-            {"effect": "NoSchedule", "key": "nvidia.com/gpu", "value": "present"},
-            {"effect": "NoSchedule", "key": "node.kubernetes.io/unschedulable", "timeAdded": "2024-05-03T10:00:00Z"},
-        ],
-        "unschedulable": True,
-    },
-    "status": {
-        "addresses": [{"address": "10.0.3.17", "type": "InternalIP"}, {"address": "gpu-worker-3", "type": "Hostname"}],
-        "allocatable": {"cpu": "96", "memory": "781764496Ki", "nvidia.com/gpu": "8", "pods": "110"},
-        "conditions": [
-            {
-                "lastHeartbeatTime": "2024-05-03T10:01:00Z",
-                "lastTransitionTime": "2024-05-02T09:15:01Z",
-                "message": "kubelet is posting ready status",
-                "reason": "KubeletReady",
-                "status": "True",
-                "type": "Ready",
-            }
-        ],
-        "images": [{"names": ["docker.io/library/busybox@sha256:abc", "docker.io/library/busybox:1.36"], "sizeBytes": 2159953}],
-        "nodeInfo": {"containerRuntimeVersion": "containerd://1.6.28", "kubeletVersion": "v1.29.4"},
-    },
-}
+KUBECTL_NODE = kube_node(
+    "gpu-worker-3",
+    [status_image("docker.io/library/busybox", "1.36", digest="sha256:abc")],
+    labels={"nvidia.com/gpu.count": "8", "topology.kubernetes.io/zone": "us-east-1b"},
+    taints=[
+        {"effect": "NoSchedule", "key": "nvidia.com/gpu", "value": "present"},
+        {"effect": "NoSchedule", "key": "node.kubernetes.io/unschedulable", "timeAdded": "2024-05-03T10:00:00Z"},
+    ],
+    unschedulable=True,
+)
 
 
 def test_from_node_reads_a_kubectl_node():

@@ -7,8 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 
-import pytest
-
 from tests.agent_lightning import ROOT, python, require_agent_lightning
 
 CALL = """

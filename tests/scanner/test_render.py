@@ -9,30 +9,9 @@ from image_preflight.scanner import filter_rows
 from image_preflight.scanner.judge import INVALID, KEPT, MISSING_IMAGE, UNRENDERABLE, RowJudge, make_template
 from image_preflight.scanner.render import JobTemplate, RowError, TemplateError, yaml_escape
 from image_preflight.core.decide.inventory import Inventory, NodeImages
-from tests.builders import controller_render
+from tests.builders import SWE_TEMPLATE, controller_render, job_template
 
-JOB_HEAD = """apiVersion: batch/v1
-kind: Job
-metadata:
-  name: {{ job_name }}
-spec:
-  backoffLimit: 0
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: rollout
-        imagePullPolicy: IfNotPresent
-"""
-
-
-def job(image_line: str, extra: str = "") -> str:
-    """A Job template whose only container's image is `image_line` (template text)."""
-    return JOB_HEAD + f"        image: {image_line}\n" + extra
-
-
-SWE_TEMPLATE = job('{{ (input.image_name ~ ":openai") | yaml_escape }}')
-NESTED_TEMPLATE = job("{{ input.extra_info.sandbox_overrides.docker_image | yaml_escape }}")
+NESTED_TEMPLATE = job_template("{{ input.extra_info.sandbox_overrides.docker_image | yaml_escape }}")
 
 
 def image_of(job_object: dict) -> str:
@@ -80,16 +59,16 @@ def test_row_without_the_image_field_is_refused_where_the_controller_renders_col
     ],
 )
 def test_guarded_missing_field_is_not_flagged(line, expected):
-    assert image_of(JobTemplate(job(line)).render({})) == expected
+    assert image_of(JobTemplate(job_template(line)).render({})) == expected
 
 
 def test_missing_field_printed_through_a_filter_is_flagged():
     with pytest.raises(RowError, match=r"field input\.image_name: missing"):
-        JobTemplate(job("{{ input.image_name | yaml_escape }}")).render({})
+        JobTemplate(job_template("{{ input.image_name | yaml_escape }}")).render({})
 
 
 def test_unknown_top_level_variable_is_not_blamed_on_the_row():
-    template = JobTemplate(job("{{ input.image_name }}:1", extra="  ttlSecondsAfterFinished: {{ ttl }}1\n"))
+    template = JobTemplate(job_template("{{ input.image_name }}:1", extra="  ttlSecondsAfterFinished: {{ ttl }}1\n"))
     rendered = template.render({"image_name": "img"})
     assert image_of(rendered) == "img:1"
     assert rendered["spec"]["ttlSecondsAfterFinished"] == 1
@@ -116,14 +95,14 @@ def test_nested_field_renders():
 
 
 def test_value_of_the_wrong_type_is_a_row_error_not_a_crash():
-    template = JobTemplate(job("img:1", extra="  activeDeadlineSeconds: {{ input.minutes * 60 + 1 }}\n"))
+    template = JobTemplate(job_template("img:1", extra="  activeDeadlineSeconds: {{ input.minutes * 60 + 1 }}\n"))
     assert template.render({"minutes": 2})["spec"]["activeDeadlineSeconds"] == 121
     with pytest.raises(RowError, match="template error"):
         template.render({"minutes": "two"})
 
 
 def test_rendered_text_that_is_not_yaml_is_a_row_error():
-    template = JobTemplate(job("{{ input.image_name }}"))
+    template = JobTemplate(job_template("{{ input.image_name }}"))
     with pytest.raises(RowError, match="does not parse"):
         template.render({"image_name": "a: [b"})
 
@@ -159,13 +138,14 @@ def test_syntax_error_names_the_file_and_line():
 @pytest.mark.parametrize("statement", ['{% include "other.yaml" %}', '{% import "macros.j2" as m %}'])
 def test_templates_that_load_other_templates_are_refused(statement):
     """The controller's Environment has no loader, so such a template fails for every row."""
-    with pytest.raises(TemplateError, match=r"^job\.yaml:14: .*loader"):
+    line = SWE_TEMPLATE.count("\n") + 1
+    with pytest.raises(TemplateError, match=rf"^job\.yaml:{line}: .*loader"):
         JobTemplate(SWE_TEMPLATE + statement + "\n", name="job.yaml")
 
 
 def test_unknown_filter_is_a_syntax_error():
     with pytest.raises(TemplateError, match=r"job\.yaml:\d+: .*no_such_filter"):
-        JobTemplate(job("{{ input.image_name | no_such_filter }}"), name="job.yaml")
+        JobTemplate(job_template("{{ input.image_name | no_such_filter }}"), name="job.yaml")
 
 
 @pytest.mark.parametrize(
@@ -173,9 +153,9 @@ def test_unknown_filter_is_a_syntax_error():
     [
         SWE_TEMPLATE,
         NESTED_TEMPLATE,
-        job("img:1", extra="  activeDeadlineSeconds: {{ input.minutes + 60 }}\n"),  # an int field
-        job("{{ input.image_name.replace('__', '_1776_') }}:openai"),
-        job("{{ input.get('image_name') }}:openai"),
+        job_template("img:1", extra="  activeDeadlineSeconds: {{ input.minutes + 60 }}\n"),  # an int field
+        job_template("{{ input.image_name.replace('__', '_1776_') }}:openai"),
+        job_template("{{ input.get('image_name') }}:openai"),
     ],
 )
 def test_check_accepts_templates_whose_rendering_depends_on_the_row(source):
@@ -225,7 +205,7 @@ def test_every_field_read_splits_the_cache():
 
 
 def test_whole_row_templates_render_each_distinct_row_once():
-    judge = RowJudge(make_template(job("{{ input.get('image_name') }}:openai"), None), inventory("a:openai"))
+    judge = RowJudge(make_template(job_template("{{ input.get('image_name') }}:openai"), None), inventory("a:openai"))
     rows = [{"image_name": "a", "n": i % 4} for i in range(40)]
     assert all(judge.judge(row).kept for row in rows)
     assert judge.renders == 4
@@ -241,7 +221,7 @@ def test_method_of_a_field_renders_per_value():
 
 def test_absent_parent_and_null_parent_are_judged_apart():
     """`input.a.b is defined` is false when `a` is null but an error when `a` is absent."""
-    source = job("{% if input.a.b is defined %}{{ input.a.b }}{% else %}img{% endif %}:openai")
+    source = job_template("{% if input.a.b is defined %}{{ input.a.b }}{% else %}img{% endif %}:openai")
     for first, second in [({"a": None}, {}), ({}, {"a": None})]:
         judge = RowJudge(make_template(source, None), inventory("img:openai"))
         verdicts = {json.dumps(row): judge.judge(row).reason for row in (first, second)}

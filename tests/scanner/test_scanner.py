@@ -12,26 +12,12 @@ import pytest
 from image_preflight.cli import main
 from image_preflight.scanner import filter_rows
 from image_preflight.core.decide.inventory import Inventory, NodeImages
+from tests.builders import SWE_TEMPLATE
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "swe-smith"
 
-TEMPLATE = """apiVersion: batch/v1
-kind: Job
-metadata:
-  name: {{ job_name }}
-  labels:
-    app.kubernetes.io/managed-by: agentlightning
-spec:
-  backoffLimit: 0
-  template:
-    spec:
-      restartPolicy: Never
-      containers:
-      - name: rollout
-        image: {{ (input.image_name ~ ":openai") | yaml_escape }}
-        imagePullPolicy: IfNotPresent
-"""
+TEMPLATE = SWE_TEMPLATE
 IMAGE = "{{ input.image_name }}:openai"
 
 
