@@ -28,8 +28,8 @@ ALPHA = "docker.io/library/alpha:v1"
 SWE = "docker.io/swebench/sweb.eval.x86_64.astropy__astropy-12907:openai"
 
 
-def wait_until(condition: Callable[[], object], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
+def wait_until(condition: Callable[[], object], what: str, timeout_s: float = DEADLINE_S) -> None:
+    deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting until {what}")

@@ -283,6 +283,7 @@ def review(
     return {"apiVersion": API_VERSION, "kind": "AdmissionReview", "request": request}
 
 
+EXAMPLES = ROOT / "examples" / "swe-smith"
 EXAMPLE_NODES = Path(__file__).resolve().parents[1] / "examples" / "swe-smith" / "nodes.json"
 
 
@@ -564,3 +565,18 @@ def base_of(component: str) -> str:
     (agent/components/pin-needed-images: agent), else the webhook's base."""
     head, found, _ = component.rpartition("/components/")
     return head if found else "base"
+
+
+# Components are not standalone: each is rendered on top of its base.
+TARGETS = sorted(d for d, kind in KUSTOMIZATIONS.items() if kind != "Component") + [
+    f"{base_of(c)}+{c}" for c in COMPONENTS]
+
+
+# cert-manager's API group: kubernetes-validate has no schema for it and its CRDs cannot be installed on the
+# test control plane; tests/deploy/test_deploy.py's cert_manager_problems() checks its objects instead.
+CERT_MANAGER = "cert-manager.io"
+
+
+def api_group(document: dict) -> str:
+    api_version = document["apiVersion"]
+    return api_version.split("/")[0] if "/" in api_version else ""

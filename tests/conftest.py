@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ import yaml
 
 from image_preflight.cli import main
 from tests.builders import COMPONENTS, DEPLOY, NAMESPACE, SELF_SIGNED, SERVICE, base_of
+from tests.needs import unavailable
 
 # The top-level modules the extras bring; a plugin that cannot import one of them is left out.
 EXTRAS = frozenset({"grpc", "google", "kubernetes", "cryptography", "fastapi", "uvicorn", "prometheus_client",
@@ -70,6 +72,40 @@ def deploy_copy(tmp_path_factory) -> Path:
         kustomization = {"resources": [f"../../{base_of(component)}"], "components": [f"../../{component}"]}
         (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization), encoding="utf-8")
     return copy
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> str:
+    path = shutil.which("kubectl")
+    if path is None:
+        unavailable("kubectl not on PATH: cannot run `kubectl kustomize`")
+    return path
+
+
+def _target_dir(copy: Path, target: str) -> Path:
+    if "+" in target:
+        return copy / "_on-base" / target.partition("+")[2].replace("/", "-")
+    return copy / target
+
+
+@pytest.fixture(scope="session")
+def render(kubectl, deploy_copy):
+    """render(target): the text and documents `kubectl kustomize` makes of a deploy/ target
+    (builders.TARGETS) in deploy_copy, rendered once a session."""
+    cache: dict[str, tuple[str, list[dict]]] = {}
+
+    def rendered(target: str) -> tuple[str, list[dict]]:
+        if target not in cache:
+            result = subprocess.run(
+                [kubectl, "kustomize", str(_target_dir(deploy_copy, target))],
+                capture_output=True, text=True, check=False,
+            )
+            if result.returncode != 0:
+                pytest.fail(f"kubectl kustomize deploy/{target} failed: {result.stderr.strip()}")
+            cache[target] = (result.stdout, [d for d in yaml.safe_load_all(result.stdout) if d])
+        return cache[target]
+
+    return rendered
 
 
 @pytest.fixture

@@ -411,3 +411,9 @@ def containerd() -> Iterator[Containerd]:
     with Containerd() as runtime:
         yield runtime
 
+
+@pytest.fixture
+def containerd2() -> Iterator[Containerd]:
+    """A started containerd 2.x (containerd2_binary()) with CRI and no images."""
+    with Containerd(binary=containerd2_binary()) as runtime:
+        yield runtime

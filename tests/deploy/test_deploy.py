@@ -1,8 +1,9 @@
 """deploy/: every kustomization renders, validates against the Kubernetes schema, passes checkov,
 and does what docs/deploy.md promises (fail-open, opt-in namespaces, read-only RBAC, hardening).
 
-`kubectl` renders; checkov runs from its own virtualenv (`.venv-tools`, or $CHECKOV, or PATH).
-Either one absent skips its tests with the reason, or fails them when $CI is set.
+`kubectl` renders (the `render` fixture, tests/conftest.py); checkov runs from its own virtualenv
+(`.venv-tools`, or $CHECKOV, or PATH). Either one absent skips its tests with the reason, or fails
+them when $CI is set. The server-side dry run on the real apiserver is tests/cluster/test_cluster_deploy.py.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-import kubernetes
 import kubernetes_validate
 import pytest
 import yaml
@@ -31,14 +31,13 @@ from image_preflight.files.inventory import load_inventory_file
 from image_preflight.core.decide.workloads import pod_spec_of
 from tests.agent_lightning import build_job_spec, example_row
 from tests.needs import unavailable
-from tests.builders import COMPONENTS, KUSTOMIZATIONS, NAMESPACE, SELF_SIGNED, SERVICE, base_of
+from tests.builders import CERT_MANAGER, EXAMPLES, NAMESPACE, SELF_SIGNED, SERVICE, TARGETS, api_group
 
 ROOT = Path(__file__).resolve().parents[2]
-EXAMPLES = ROOT / "examples" / "swe-smith"
 WEBHOOK = "validate.image-preflight.io"
 K8S_VERSION = latest_version()
-# Custom resources have no schema in kubernetes-validate; every such group needs a line here.
-CERT_MANAGER = "cert-manager.io"  # checked by cert_manager_problems() below
+# Custom resources have no schema in kubernetes-validate; every such group needs a line here
+# (CERT_MANAGER's, from tests/builders.py, is checked by cert_manager_problems() below).
 UNVALIDATED_GROUPS = {"image-preflight.io": "the node agent's own resources; their CRD is validated"}
 CLUSTER_SCOPED = {
     "Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration",
@@ -46,19 +45,6 @@ CLUSTER_SCOPED = {
     "CustomResourceDefinition", "PriorityClass", "RuntimeClass", "StorageClass", "ClusterIssuer",
     "NodeImages",
 }
-
-
-# Components are not standalone: each is rendered on top of its base.
-TARGETS = sorted(d for d, kind in KUSTOMIZATIONS.items() if kind != "Component") + [
-    f"{base_of(c)}+{c}" for c in COMPONENTS]
-
-
-@pytest.fixture(scope="session")
-def kubectl() -> str:
-    path = shutil.which("kubectl")
-    if path is None:
-        unavailable("kubectl not on PATH: cannot run `kubectl kustomize`")
-    return path
 
 
 @pytest.fixture(scope="session")
@@ -70,30 +56,6 @@ def checkov() -> str:
     unavailable("checkov not found ($CHECKOV, .venv-tools/bin/checkov, PATH); see .ci/run")
 
 
-def _target_dir(copy: Path, target: str) -> Path:
-    if "+" in target:
-        return copy / "_on-base" / target.partition("+")[2].replace("/", "-")
-    return copy / target
-
-
-@pytest.fixture(scope="session")
-def render(kubectl, deploy_copy):
-    cache: dict[str, tuple[str, list[dict]]] = {}
-
-    def rendered(target: str) -> tuple[str, list[dict]]:
-        if target not in cache:
-            result = subprocess.run(
-                [kubectl, "kustomize", str(_target_dir(deploy_copy, target))],
-                capture_output=True, text=True, check=False,
-            )
-            if result.returncode != 0:
-                pytest.fail(f"kubectl kustomize deploy/{target} failed: {result.stderr.strip()}")
-            cache[target] = (result.stdout, [d for d in yaml.safe_load_all(result.stdout) if d])
-        return cache[target]
-
-    return rendered
-
-
 def _docs(render, target: str) -> list[dict]:
     return render(target)[1]
 
@@ -102,11 +64,6 @@ def _one(documents: list[dict], kind: str, name: str | None = None) -> dict:
     found = [d for d in documents if d["kind"] == kind and (name is None or d["metadata"]["name"] == name)]
     assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
     return found[0]
-
-
-def _group(document: dict) -> str:
-    api_version = document["apiVersion"]
-    return api_version.split("/")[0] if "/" in api_version else ""
 
 
 def _webhook(documents: list[dict]) -> dict:
@@ -202,7 +159,7 @@ def test_validates_against_the_kubernetes_schema(render, target):
     problems = []
     for document in _docs(render, target):
         name = f"{document['kind']} {document['metadata']['name']}"
-        group = _group(document)
+        group = api_group(document)
         if group == CERT_MANAGER:
             problems += cert_manager_problems(document)
             continue
@@ -221,23 +178,6 @@ def test_validates_against_the_kubernetes_schema(render, target):
 def _checkov_reports(stdout: str) -> list[dict]:
     data = json.loads(stdout)
     return data if isinstance(data, list) else [data]
-
-
-@pytest.mark.parametrize("target", TARGETS)
-def test_the_apiserver_accepts_every_object_in_a_server_side_dry_run(render, target, control_plane, tmp_path):
-    """kube-apiserver 1.37 (tests/controlplane) validates, defaults and admits each object."""
-    documents = render(target)[1]
-    # The namespaces are made for real: a dry-run Namespace does not hold dry-run objects.
-    for namespace in [d for d in documents if d["kind"] == "Namespace"]:
-        control_plane.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(namespace))
-    # cert-manager's CRDs cannot be installed here (no registry, no network); its objects are
-    # checked by cert_manager_problems() instead.
-    checked = [d for d in documents if _group(d) != CERT_MANAGER]
-    manifest = tmp_path / "objects.yaml"
-    manifest.write_text(yaml.safe_dump_all(checked), encoding="utf-8")
-    result = control_plane.kubectl("apply", "--server-side", "--dry-run=server", "-f", str(manifest), check=False)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.count("serverside-applied (server dry run)") == len(checked), result.stdout
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -555,28 +495,6 @@ def test_missing_image_job_is_what_agent_lightning_creates_and_the_example_node_
     assert decision.outcome == DENY
     # gpu-node-1 holds no rollout image but does not count: nvidia.com/gpu:NoSchedule keeps the Pod off.
     assert [v.missing_on for v in decision.verdicts] == [("cpu-node-1",)]
-
-
-def test_the_example_admission_review_carries_the_job_as_the_apiserver_sends_it(control_plane):
-    """The object of admission-review.json is missing-image-job.yaml after kube-apiserver 1.37's
-    defaulting and Job strategy (selector, job-name and controller-uid labels), as a validating
-    webhook receives it."""
-    review = json.loads((EXAMPLES / "admission-review.json").read_text(encoding="utf-8"))["request"]
-    job = yaml.safe_load((EXAMPLES / "missing-image-job.yaml").read_text(encoding="utf-8"))
-    namespace = f"example-{os.urandom(4).hex()}"
-    control_plane.core().create_namespace({"metadata": {"name": namespace}})
-    try:
-        answer = kubernetes.client.BatchV1Api(control_plane.core().api_client).create_namespaced_job(
-            namespace, job, dry_run="All", _preload_content=False)
-    finally:
-        control_plane.core().delete_namespace(namespace)
-    stored = json.loads(answer.data)
-    uid, example_uid = stored["metadata"]["uid"], review["object"]["metadata"]["uid"]
-    stored = json.loads(json.dumps(stored).replace(uid, example_uid).replace(namespace, review["namespace"]))
-    del stored["metadata"]["managedFields"]
-    stored["metadata"]["creationTimestamp"] = review["object"]["metadata"]["creationTimestamp"]
-    assert stored == review["object"]
-    assert (review["name"], review["operation"]) == (job["metadata"]["name"], "CREATE")
 
 
 def _text_blocks(document: str) -> list[str]:

@@ -1,5 +1,6 @@
 """The layout of tests/: builders and helpers in modules of their own, fixtures in conftest files, no
-test module imported by another, and tests/core/ runnable with the base install alone."""
+test module imported by another, tests/core/ runnable with the base install alone, and every test
+on the control plane or the real node under tests/cluster/."""
 
 from __future__ import annotations
 
@@ -78,3 +79,14 @@ def test_the_pure_core_tests_run_with_the_base_install_alone():
     tail = "\n".join(done.stdout.splitlines()[-30:])
     assert done.returncode == 0, f"tests/core/ needs an extra:\n{tail}\n{done.stderr[-2000:]}"
     assert " passed" in tail, tail
+
+
+def test_every_test_on_the_control_plane_or_the_real_node_lives_in_tests_cluster():
+    """The `cluster` marker goes on any test using a cluster fixture (tests/conftest.py); the
+    folder says the same, so that a path alone tells where such a test lives."""
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-m", "cluster", str(TESTS)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    collected = [line.split("::")[0] for line in done.stdout.splitlines() if "::" in line]
+    assert collected, done.stdout[-2000:]
+    assert sorted({path for path in collected if not path.startswith("tests/cluster/")}) == []
