@@ -82,7 +82,8 @@ class Publisher:
                 if value is not None and field not in kept:
                     self.pruned.add(field)
                     log.warning("%s: the apiserver dropped spec.%s, so its NodeImages CRD predates it;"
-                                " apply deploy/agent/crd.yaml and restart the agent to report it", self.where, field)
+                                " kubectl apply --server-side -f deploy/chart/image-preflight/crds/nodeimages.yaml (Helm never"
+                                " upgrades a CRD) and restart the agent to report it", self.where, field)
             return reason
         raise PublishError(f"{self.where}: still conflicting after {_MAX_ATTEMPTS} attempts")
 

@@ -1,14 +1,15 @@
 """The figures the real-node tests record: from `ctr images import` to the first admitted Job (node
 status alone, and the node agent on containerd's events), and from a rollout's enqueue to its
 `failed` state through agent-lightning's own agl-server and agl-controller (the webhook, and the
-watchdog with the webhook unreachable); and of deploy/ as Pods there: the image's build from the
-Dockerfile and its size, the agent Pod's import → NodeImages, the creations streamed while a
-webhook replica is deleted and while the Deployment is upgraded, and a renewed Secret → served.
+watchdog with the webhook unreachable); and of the chart installed there by docs/quickstart.md:
+the image's build from the Dockerfile and its size, the whole quickstart, the agent Pod's import →
+NodeImages, the creations streamed while a webhook replica is deleted and while `helm upgrade`
+moves to a new tag, a renewed certificate → served, and `helm uninstall`.
 
     .venv/bin/python benchmarks/real_node_figures.py --repeat 2
 
 Runs those tests of tests/cluster/test_real_node.py, tests/cluster/test_real_node_agentlightning.py and
-tests/cluster/test_real_node_deploy.py --repeat times with IMAGE_PREFLIGHT_FIGURES set, and prints each figure's runs, median first.
+tests/cluster/test_real_node_chart.py --repeat times with IMAGE_PREFLIGHT_FIGURES set, and prints each figure's runs, median first.
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ TESTS = [
     "tests/cluster/test_real_node.py::test_with_the_agent_an_import_is_admitted_within_seconds",
     "tests/cluster/test_real_node_agentlightning.py::test_an_absent_image_fails_the_rollout_within_one_poll_with_our_words_and_no_job",
     "tests/cluster/test_real_node_agentlightning.py::test_with_the_webhook_unreachable_the_watchdog_fails_the_job_and_the_rollout",
-    "tests/cluster/test_real_node_deploy.py::test_the_agent_pod_publishes_the_nodes_images",
-    "tests/cluster/test_real_node_deploy.py::test_a_replica_deleted_under_a_stream_of_creations_fails_none_and_admits_none_unchecked",
-    "tests/cluster/test_real_node_deploy.py::test_an_upgrade_to_a_new_tag_rolls_both_replicas_without_a_failed_admission",
-    "tests/cluster/test_real_node_deploy.py::test_a_certificate_rotated_in_the_secret_is_served_without_a_restart",
+    "tests/cluster/test_real_node_chart.py::test_the_agent_pod_publishes_the_nodes_images_and_pins_the_needed_ones",
+    "tests/cluster/test_real_node_chart.py::test_a_replica_deleted_under_a_stream_of_creations_fails_none_and_admits_none_unchecked",
+    "tests/cluster/test_real_node_chart.py::test_helm_upgrade_to_a_new_tag_under_a_stream_fails_no_creation_and_keeps_the_certificates",
+    "tests/cluster/test_real_node_chart.py::test_an_upgrade_within_renew_before_days_issues_a_new_certificate_served_without_a_restart",
+    "tests/cluster/test_real_node_chart.py::test_helm_uninstall_leaves_nothing_that_blocks_and_job_creation_works_right_after",
 ]
 
 

@@ -42,7 +42,7 @@ from kubernetes.client.rest import ApiException  # noqa: E402
 from tests.controlplane.cluster import wait_for  # noqa: E402
 from tests.node.images import swe_smith_image  # noqa: E402
 from tests.node.real_node import real_node  # noqa: E402,F401 - fixture
-from tests.conftest import deploy_copy  # noqa: E402,F401 - fixture
+from tests.conftest import webhook_certs  # noqa: E402,F401 - fixture
 from tests.cluster.conftest import stack  # noqa: E402,F401 - fixture
 from tests.cluster.real_stack import ABSENT, GRACE_S, HELD  # noqa: E402
 

@@ -58,7 +58,7 @@ def ready_endpoints(api: kubernetes.client.ApiClient, target: WebhookTarget) -> 
 
 
 def replicas(api: kubernetes.client.ApiClient, target: WebhookTarget) -> tuple[int, int] | None:
-    """The Deployment named as the Service (deploy/ names both image-preflight): (ready, desired)."""
+    """The Deployment named as the Service (the chart names both image-preflight): (ready, desired)."""
     try:
         found = kubernetes.client.AppsV1Api(api).read_namespaced_deployment(
             target.service, target.namespace, _request_timeout=_TIMEOUT)
@@ -68,7 +68,7 @@ def replicas(api: kubernetes.client.ApiClient, target: WebhookTarget) -> tuple[i
 
 
 def replica_pods(api: kubernetes.client.ApiClient, target: WebhookTarget) -> list[dict]:
-    """The Pods deploy/ labels as the webhook's; none when they cannot be read."""
+    """The Pods the chart labels as the webhook's; none when they cannot be read."""
     try:
         return _list(lambda **q: kubernetes.client.CoreV1Api(api).list_namespaced_pod(
             target.namespace, label_selector=f"app.kubernetes.io/name={target.service}", **q), "pods")

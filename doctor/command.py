@@ -18,7 +18,6 @@ from image_preflight.kube.cluster_inventory import (
     kubelet_configs,
     list_node_images,
     list_nodes,
-    node_names,
 )
 
 
@@ -69,25 +68,26 @@ def check(api, *, rollouts: str, webhook_address: str | None, max_images: int | 
     except PreflightError as exc:  # the lists cannot be read (NotServed is caught above)
         found.append(Finding(SKIPPED, f"the node agent's lists ({exc})"))
         published = []
+    # The nodes whose lists matter: where rollout pods may land, and where an agent reports. A
+    # tainted GPU node that takes no rollouts is no node to judge.
+    names = gc.gc_nodes(nodes, gc.by_node(published), findings.eligible_nodes(nodes, node_selector))
+    checked = [n for n in nodes if (n.get("metadata") or {}).get("name") in names]
     notes: list[str] = []
-    configs = kubelet_configs(api, node_names(nodes))  # once, for the caps and the image GC
-    caps = kubelet_caps(api, node_names(nodes), notes.append, configs=configs)
+    configs = kubelet_configs(api, names)  # once, for the caps and the image GC
+    caps = kubelet_caps(api, names, notes.append, configs=configs)
     found += [Finding(SKIPPED, note) for note in notes]
-    found += findings.node_lists(nodes, published, caps, max_images, now)
+    found += findings.node_lists(checked, published, caps, max_images, now)
     found += findings.landing(nodes, node_selector)
-    found += _image_gc(api, nodes, published, configs, node_selector)
+    found += _image_gc(api, names, published, configs)
     return found
 
 
-def _image_gc(api, nodes: list[dict], published: list[dict], configs: dict, node_selector: dict[str, str]
-              ) -> list[Finding]:
-    """The needed list, then per node what the kubelet's image GC may take."""
+def _image_gc(api, names: list[str], published: list[dict], configs: dict) -> list[Finding]:
+    """The needed list, then per node in `names` what the kubelet's image GC may take."""
     try:
         found, needed = gc.needed_list(cluster.needed_list(api))
     except cluster.Unreadable as exc:
         found, needed = [Finding(SKIPPED, f"the needed list ({exc})")], None
-    reported = gc.by_node(published)
-    names = gc.gc_nodes(nodes, reported, findings.eligible_nodes(nodes, node_selector))
     # Without configz the threshold is not known: the disk use alone would say nothing.
     summaries = cluster.kubelet_summaries(api, [n for n in names if isinstance(configs.get(n), dict)])
-    return found + gc.image_gc(names, configs, summaries, reported, needed)
+    return found + gc.image_gc(names, configs, summaries, gc.by_node(published), needed)

@@ -14,14 +14,25 @@ from image_preflight.core.watchdog.pull_failures import reference_of
 from image_preflight.core.sources.runtime_lists import node_images_from_runtime
 from image_preflight.core.decide.scheduling import NodeTraits, PodPlacement, as_admitted, unschedulable_reason
 
-# As deploy/ names them.
+# As the chart (deploy/chart/image-preflight) names them.
 WEBHOOK_NAME = "validate.image-preflight.io"
 ENFORCE_LABEL = "image-preflight.io/enforce"
 OK, PROBLEM, SKIPPED = "ok", "problem", "skipped"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_LABEL = "nvidia.com/gpu.present"
 EXPIRY_WARNING_S = 7 * 24 * 3600
-AGENT_APPLY = "kubectl apply -k deploy/agent"
+# The chart's commands, from a clone of the repository (docs/quickstart.md).
+INSTALL = ("helm install image-preflight deploy/chart/image-preflight --namespace image-preflight "
+           "--create-namespace")
+
+
+def helm_upgrade(namespace: str, *settings: str) -> str:
+    """The upgrade that changes `settings` (chart values, KEY=VALUE) and keeps the rest."""
+    return (f"helm upgrade image-preflight deploy/chart/image-preflight --namespace {namespace} --reuse-values"
+            + "".join(f" --set {setting}" for setting in settings))
+
+
+AGENT_APPLY = helm_upgrade("image-preflight", "agent.enabled=true")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +73,7 @@ def webhook_configuration(configurations: Sequence[Mapping]) -> tuple[list[Findi
             service = client.get("service") or {}
             if not service:
                 return [Finding(PROBLEM, f"ValidatingWebhookConfiguration {name} calls a URL, not a Service: "
-                                "the doctor checks the deployment in deploy/", "kubectl apply -k deploy/overlays/...")], None
+                                "the doctor checks the chart's deployment", INSTALL)], None
             try:
                 ca_bundle = base64.b64decode(client.get("caBundle") or "", validate=True)
             except (binascii.Error, ValueError):
@@ -78,16 +89,16 @@ def webhook_configuration(configurations: Sequence[Mapping]) -> tuple[list[Findi
                 found.append(Finding(PROBLEM, f"ValidatingWebhookConfiguration {name} has failurePolicy Fail: while "
                                      "the webhook is away, agent-lightning's rollouts stay queuing with no Job, "
                                      "retried every poll, and training stalls",
-                                     "drop deploy/components/failure-policy-fail from the overlay (Ignore) and "
-                                     "deploy deploy/components/watchdog, which fails what an outage lets through"))
+                                     helm_upgrade(target.namespace, "webhook.failurePolicy=Ignore", "watchdog.enabled=true")
+                                     + " (the watchdog fails what an outage lets through)"))
             if not ca_bundle:
                 found.append(Finding(PROBLEM, f"ValidatingWebhookConfiguration {name} has no caBundle: the apiserver "
                                      "cannot verify the webhook, so every call fails",
-                                     "kubectl apply -k deploy/overlays/cert-manager (or the self-signed overlay after "
-                                     "`image-preflight certs`)"))
+                                     helm_upgrade(target.namespace) + " (certificates.mode generate or cert-manager "
+                                     "fills it; with mode secret, set certificates.secret.caBundle)"))
             return found, target
     return [Finding(PROBLEM, f"no ValidatingWebhookConfiguration holds the webhook {WEBHOOK_NAME}: nothing is checked",
-                    "kubectl apply -k deploy/overlays/cert-manager (or deploy/overlays/self-signed)")], None
+                    INSTALL)], None
 
 
 # The kubelet's waiting reasons for an image it does not hold and cannot pull
@@ -132,7 +143,7 @@ def _waiting_replica(pod: Mapping) -> Finding | None:
             continue
         if reason in _IMAGE_WAITS and node:
             return Finding(PROBLEM, f"{where}: image {container.get('image')} is not on node {node} ({reason}): "
-                           "load it there (docs/deploy.md, step 2)",
+                           "load it there (docs/quickstart.md, step 2)",
                            f"ctr -n k8s.io images import image-preflight.tar   # on node {node}")
         return Finding(PROBLEM, f"{where}: container {container.get('name')} waits ({reason}: "
                        f"{waiting.get('message') or 'no message'})",
@@ -145,8 +156,9 @@ def served_certificate(target: WebhookTarget, outcome: tuple[str, str], not_afte
     """`outcome`: ("verified", address), ("rejected", why) or ("unreachable", why), from a TLS
     handshake as the apiserver makes it (the caBundle, the Service's DNS name)."""
     kind, detail = outcome
-    renew = (f"kubectl -n {target.namespace} get certificate,secret; re-run `image-preflight certs` "
-             "and re-apply the overlay")
+    renew = (f"kubectl -n {target.namespace} get certificate,secret; "
+             + helm_upgrade(target.namespace, "certificates.generate.renewBeforeDays=400")
+             + " issues a new one (certificates.mode generate; cert-manager renews on its own)")
     if kind == "unreachable":
         return Finding(SKIPPED, f"the certificate the webhook serves was not read ({detail}): run the doctor in the "
                        "cluster, or `kubectl -n NS port-forward svc/NAME 8443:443` and pass --webhook-address "

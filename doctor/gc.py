@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from image_preflight.core.image_gc import pinning
 from image_preflight.core.sources.runtime_lists import node_images_from_runtime
-from image_preflight.doctor.findings import AGENT_APPLY, OK, PROBLEM, SKIPPED, Finding
+from image_preflight.doctor.findings import AGENT_APPLY, OK, PROBLEM, SKIPPED, Finding, helm_upgrade
 
 if TYPE_CHECKING:
     from image_preflight.kube.cluster_inventory import KubeletUnread
@@ -25,8 +25,7 @@ if TYPE_CHECKING:
 # A node this many points under the high threshold is one long run's pulls away from it.
 NEAR_POINTS = 10
 SHOWN = 3
-ENABLE_PINNING = ("enable pinning: kubectl apply -k OVERLAY, an overlay of deploy/agent with the component "
-                  "deploy/agent/components/pin-needed-images")
+ENABLE_PINNING = "enable pinning: " + helm_upgrade("image-preflight", "agent.pinning.enabled=true")
 AGENT_LOGS = f"kubectl -n {pinning.NEEDED_NAMESPACE} logs ds/image-preflight-agent"
 # From pinning's rules, so that the advice follows them: "... 2.0 or later (or 1.7.10, 1.6.25 or later ...)".
 UPGRADE = (f"upgrade containerd to {pinning.FIRST_PINNING_MAJOR}.0 or later (or "

@@ -66,7 +66,7 @@ def cap_warnings(result: ScanResult, inventory: Inventory) -> list[str]:
     if rows and unknown > CAP_ADVICE_SHARE * rows:
         lines.append(f"{unknown} of {rows} rows ({unknown / rows:.0%}) are unknown because the kubelets list at most "
                      "nodeStatusMaxImages images per node (50 by default) and these nodes hold more: run the node "
-                     "agent (deploy/agent), or set the kubelets' nodeStatusMaxImages: -1 and pass --max-images -1")
+                     "agent (the chart's agent.enabled), or set the kubelets' nodeStatusMaxImages: -1 and pass --max-images -1")
     return lines
 
 

@@ -532,49 +532,15 @@ def example_row_id() -> str:
     return json.loads(first.read_text(encoding="utf-8").splitlines()[0])["instance_id"]
 
 
-# --- deploy/, as the manifests' tests find it --------------------------------------------------------
+# --- the chart's objects, as its tests read them ------------------------------------------------------
 
 
-DEPLOY = ROOT / "deploy"
-SERVICE = NAMESPACE = "image-preflight"
-SELF_SIGNED = "overlays/self-signed"
-KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
-
-
-def _kustomizations() -> dict[str, str]:
-    """deploy/-relative directory -> kind (Kustomization or Component)."""
-    found = {}
-    for path in sorted(DEPLOY.rglob("*")):
-        if path.name in KUSTOMIZATION_FILES and path.is_file():
-            document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-            found[path.parent.relative_to(DEPLOY).as_posix()] = document.get("kind", "Kustomization")
-    return found
-
-
-KUSTOMIZATIONS = _kustomizations()
-
-
-# A component inside another component's folder is a part of it (components/steer/from-validating),
-# not something an overlay adds alone.
-COMPONENTS = sorted(d for d, kind in KUSTOMIZATIONS.items() if kind == "Component"
-                    and not any(d.startswith(f"{other}/") for other, k in KUSTOMIZATIONS.items() if k == "Component"))
-
-
-def base_of(component: str) -> str:
-    """What a component is added to: the kustomization whose components/ folder holds it
-    (agent/components/pin-needed-images: agent), else the webhook's base."""
-    head, found, _ = component.rpartition("/components/")
-    return head if found else "base"
-
-
-# Components are not standalone: each is rendered on top of its base.
-TARGETS = sorted(d for d, kind in KUSTOMIZATIONS.items() if kind != "Component") + [
-    f"{base_of(c)}+{c}" for c in COMPONENTS]
-
-
-# cert-manager's API group: kubernetes-validate has no schema for it and its CRDs cannot be installed on the
-# test control plane; tests/deploy/test_deploy.py's cert_manager_problems() checks its objects instead.
+# API groups whose CRDs cannot be installed on the test control plane (no registry, no network):
+# kubernetes-validate has no schema for them either, so tests/deploy/test_chart.py checks their
+# objects field by field.
 CERT_MANAGER = "cert-manager.io"
+MONITORING = "monitoring.coreos.com"
+UNINSTALLABLE_GROUPS = frozenset({CERT_MANAGER, MONITORING})
 
 
 def api_group(document: dict) -> str:

@@ -6,16 +6,12 @@ they are installed, so that tests/core/ runs with the base install alone."""
 from __future__ import annotations
 
 import importlib
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
-import yaml
 
 from image_preflight.cli import main
-from tests.builders import COMPONENTS, DEPLOY, NAMESPACE, SELF_SIGNED, SERVICE, base_of
-from tests.needs import unavailable
+from tests.chart import NAMESPACE, SERVICE
 
 # The top-level modules the extras bring; a plugin that cannot import one of them is left out.
 EXTRAS = frozenset({"grpc", "google", "kubernetes", "cryptography", "fastapi", "uvicorn", "prometheus_client",
@@ -57,55 +53,12 @@ def start_webhook(tmp_path):
 
 
 @pytest.fixture(scope="session")
-def deploy_copy(tmp_path_factory) -> Path:
-    """deploy/ in a temp dir with fresh certificates for the self-signed overlay and one overlay
-    per component, so that nothing is written into the tree and no key is ever committed."""
-    copy = tmp_path_factory.mktemp("deploy") / "deploy"
-    own_certs = DEPLOY / SELF_SIGNED / "certs"
-    shutil.copytree(DEPLOY, copy, ignore=lambda folder, names: ["certs"] if Path(folder) == own_certs.parent else [])
-    if (copy / SELF_SIGNED).is_dir():
-        out_dir = copy / SELF_SIGNED / "certs"
-        assert main(["certs", "--service", SERVICE, "--namespace", NAMESPACE, "--out-dir", str(out_dir)]) == 0
-    for component in COMPONENTS:
-        overlay = copy / "_on-base" / component.replace("/", "-")
-        overlay.mkdir(parents=True)
-        kustomization = {"resources": [f"../../{base_of(component)}"], "components": [f"../../{component}"]}
-        (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization), encoding="utf-8")
-    return copy
-
-
-@pytest.fixture(scope="session")
-def kubectl() -> str:
-    path = shutil.which("kubectl")
-    if path is None:
-        unavailable("kubectl not on PATH: cannot run `kubectl kustomize`")
-    return path
-
-
-def _target_dir(copy: Path, target: str) -> Path:
-    if "+" in target:
-        return copy / "_on-base" / target.partition("+")[2].replace("/", "-")
-    return copy / target
-
-
-@pytest.fixture(scope="session")
-def render(kubectl, deploy_copy):
-    """render(target): the text and documents `kubectl kustomize` makes of a deploy/ target
-    (builders.TARGETS) in deploy_copy, rendered once a session."""
-    cache: dict[str, tuple[str, list[dict]]] = {}
-
-    def rendered(target: str) -> tuple[str, list[dict]]:
-        if target not in cache:
-            result = subprocess.run(
-                [kubectl, "kustomize", str(_target_dir(deploy_copy, target))],
-                capture_output=True, text=True, check=False,
-            )
-            if result.returncode != 0:
-                pytest.fail(f"kubectl kustomize deploy/{target} failed: {result.stderr.strip()}")
-            cache[target] = (result.stdout, [d for d in yaml.safe_load_all(result.stdout) if d])
-        return cache[target]
-
-    return rendered
+def webhook_certs(tmp_path_factory) -> Path:
+    """A CA and serving certificate from `image-preflight certs` for the chart's Service, in a
+    temp dir, so that no key is ever written into the tree (tests.chart.secret_values)."""
+    out_dir = tmp_path_factory.mktemp("webhook-certs")
+    assert main(["certs", "--service", SERVICE, "--namespace", NAMESPACE, "--out-dir", str(out_dir)]) == 0
+    return out_dir
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from image_preflight.kube.client import ClusterFlags, add_cluster_arguments
 # that arrived meanwhile. Any longer only lengthens every real failure (docs/deploy.md).
 DEFAULT_GRACE_S = 15.0
 ENFORCE_LABEL = "image-preflight.io/enforce=true"  # the webhook's namespaceSelector
-WEBHOOK = "validate.image-preflight.io"  # deploy/base/webhook.yaml
+WEBHOOK = "validate.image-preflight.io"  # the chart's ValidatingWebhookConfiguration
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

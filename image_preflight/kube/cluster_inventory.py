@@ -52,6 +52,38 @@ def list_node_images(api: kubernetes.client.ApiClient) -> list[dict]:
         GROUP, VERSION, PLURAL, **query), f"{PLURAL}.{GROUP}")
 
 
+# Rounds of delete-then-list before an object that keeps coming back means an agent still runs.
+_DELETE_ROUNDS = 3
+
+
+def delete_node_images(api: kubernetes.client.ApiClient, *, settle_s: float, sleep: Callable[[float], None]
+                       ) -> set[str]:
+    """Delete every NodeImages object, list again after `settle_s` and delete what came back (a
+    write in flight when the agents lost their rights); the names deleted. InputError when they
+    cannot be listed or deleted, or still come back after a few rounds (an agent still runs)."""
+    custom = kubernetes.client.CustomObjectsApi(api)
+    deleted: set[str] = set()
+    for _ in range(_DELETE_ROUNDS):
+        try:
+            names = [(obj.get("metadata") or {}).get("name", "") for obj in list_node_images(api)]
+        except NotServed:  # no CRD: nothing to delete
+            return deleted
+        if not names:
+            return deleted
+        for name in names:
+            try:
+                custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, name, _request_timeout=_TIMEOUT)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise InputError(f"cannot delete {PLURAL}.{GROUP} {name}: {describe_error(exc)}") from None
+            except Exception as exc:  # noqa: BLE001 - connection errors come in many types
+                raise InputError(f"cannot delete {PLURAL}.{GROUP} {name}: {describe_error(exc)}") from None
+            deleted.add(name)
+        sleep(settle_s)
+    raise InputError(f"{PLURAL}.{GROUP} {', '.join(sorted(names))} came back after each delete: a node agent still "
+                     "runs (kubectl get pods -A -l app.kubernetes.io/name=image-preflight-agent)")
+
+
 def node_names(nodes: list[dict]) -> list[str]:
     return [(n.get("metadata") or {}).get("name") for n in nodes]
 

@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 import jsonschema
 import pytest
-import yaml
 
 from image_preflight.agent.cri import RuntimeImage
 from image_preflight.agent.inventory import (
@@ -23,7 +22,6 @@ from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, p
 from image_preflight.core.sources.snapshots import load_snapshot
 from tests.agent_cluster import ALPHA, DEADLINE_S, NODE, SWE, import_images
 from tests.agent_helpers import SAMPLE, T0, image, names_by_id, printed
-from tests.builders import ROOT
 
 TOOL = "registry.example.com:5000/team/tool:2.0"
 
@@ -207,15 +205,15 @@ def test_an_apiserver_that_drops_the_sandbox_field_is_not_rewritten_every_cycle(
     assert warning.startswith(f"{PLURAL}/{NODE}: the apiserver dropped spec.sandboxImage")
 
 
-# -- deploy/agent ---------------------------------------------------------------------------
+# -- the chart's agent ----------------------------------------------------------------------
 
 
 def agent_manifests() -> list[dict]:
-    documents = []
-    for path in sorted((ROOT / "deploy" / "agent").glob("*.yaml")):
-        if path.name != "kustomization.yaml":
-            documents += [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
-    return documents
+    """The chart's defaults, the node agent's objects: the CRD, and those its component label names."""
+    from tests.chart import render
+
+    return [d for d in render(crds=True) if d["kind"] == "CustomResourceDefinition"
+            or d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "node-agent"]
 
 
 def manifest(kind: str) -> dict:
@@ -276,8 +274,9 @@ def test_the_daemonset_runs_the_agent_on_the_mounted_socket_and_nothing_else_fro
     assert args.cri_endpoint == "unix://" + mount["mountPath"]
     (env,) = container["env"]
     assert env == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
-    assert pod["nodeSelector"] == {"image-preflight.io/agent": "true"}
-    assert {"operator": "Exists"} in pod["tolerations"]
+    # Where agent-lightning's rollout Pods may land: every node without a NoSchedule or NoExecute
+    # taint, which is where a DaemonSet without tolerations runs.
+    assert "nodeSelector" not in pod and "tolerations" not in pod
     # Not root: the socket's group (root, 0660) is enough.
     assert pod["securityContext"]["runAsUser"] != 0 and pod["securityContext"]["supplementalGroups"] == [0]
     context = container["securityContext"]
@@ -295,6 +294,7 @@ def test_the_agent_may_touch_nodeimages_and_nothing_else():
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}]
     namespace = manifest("Namespace")
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"  # hostPath
-    namespaced = [d for d in agent_manifests() if d["kind"] not in ("Namespace", "ClusterRole", "ClusterRoleBinding",
-                                                                     "CustomResourceDefinition")]
+    namespaced = [d for d in agent_manifests() if d["kind"] not in (
+        "Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding")]
     assert {d["metadata"]["namespace"] for d in namespaced} == {namespace["metadata"]["name"]}

@@ -331,7 +331,7 @@ def test_secret_name_can_be_chosen(capsys, tmp_path):
 
 
 MANIFESTS = """\
-# rendered by kustomize
+# rendered by helm template
 apiVersion: v1
 kind: Service  # this comment must survive
 metadata: {name: preflight, namespace: ops}

@@ -1,4 +1,4 @@
-"""deploy/ on the real node's control plane, and what its tests do with it: rollouts, doctor, the agent."""
+"""The chart on the real node's control plane, and what its tests do with it: rollouts, doctor, the agent."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from kubernetes.client.rest import ApiException
 from image_preflight.core.watchdog import job_failure
 from tests.agent_lightning import TEMPLATE, build_job_spec, example_row
 from tests.builders import example_row_id
+from tests.chart import apply
 from tests.cluster.watchdog_process import Watchdog
 from tests.controlplane.cluster import terminate, wait_for
 from tests.controlplane.webhook import ServedWebhook
@@ -30,16 +31,16 @@ GRACE_S = 3.0
 WATCHDOG_BOUND_S = GRACE_S + 40.0  # ErrImagePull within ~2 s, then the grace, then the Job controller
 
 
-def apply_without_pods(plane, overlay: Path) -> None:
-    """`kubectl apply -k` of an overlay, its Deployments then scaled to none: their image is not
-    on the node, and their Pods would only wait there (and be made again as they are deleted)."""
-    plane.kubectl("apply", "--server-side", "-k", str(overlay))
-    plane.kubectl("-n", "image-preflight", "scale", "deployment", "--all", "--replicas=0")
+def apply_without_pods(plane, values: dict) -> None:
+    """The chart applied with `values`, less its Deployments and DaemonSet: their image is not on
+    the node, and their Pods would only wait there."""
+    apply(plane, values, workloads=False)
 
 
 class Stack:
-    def __init__(self, node: RealNode, served: ServedWebhook, watchdog: Watchdog, folder: Path) -> None:
+    def __init__(self, node: RealNode, served: ServedWebhook, watchdog: Watchdog, folder: Path, values: dict) -> None:
         self.node, self.served, self.watchdog, self.folder = node, served, watchdog, folder
+        self.values = values  # what the chart was applied with
         self.plane = node.plane
         self.core = self.plane.core()
         self.batch = k8s.BatchV1Api(self.core.api_client)

@@ -1,4 +1,4 @@
-"""deploy/components/agentlightning-only on a real control plane, against the Jobs agent-lightning
+"""The chart's agentlightningOnly on a real control plane, against the Jobs agent-lightning
 really creates: its own SWE-smith template rendered through build_job_spec (tests/agent_lightning.py),
 created with kr8s as its controller creates them, and the Pods the real Job controller makes of them.
 
@@ -11,14 +11,14 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
-import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from tests.agent_lightning import JOB_NAME_PREFIX, MANAGED_BY, TEMPLATE, build_job_spec, example_row, fails_at_once
 from tests.controlplane.cluster import create_node, delete_namespaces, set_node_images, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, SELF_SIGNED, containerd_names
+from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, containerd_names
+from tests.chart import API_ONLY, apply, merged, secret_values
 from tests.cluster.kube_calls import kr8s_create, new_namespace, status_of
 
 ID = uuid.uuid4().hex[:8]
@@ -80,25 +80,22 @@ def _created(plane, namespace: str, job: dict) -> bool:
 
 
 @pytest.fixture(scope="module")
-def rollouts(control_plane, deployed, deploy_copy, tmp_path_factory):  # noqa: F811 - fixtures
-    """The self-signed overlay with the agentlightning-only component, `serve` deciding, and the
-    nodes; afterwards the namespaces and nodes are deleted and the ordinary overlay re-applied."""
+def rollouts(control_plane, deployed, tmp_path_factory):  # noqa: F811 - fixtures
+    """The chart with agentlightningOnly, `serve` deciding, and the nodes; afterwards the
+    namespaces and nodes are deleted and the chart applied again as it was."""
     core = control_plane.core()
     folder = tmp_path_factory.mktemp("agentlightning")
     kubeconfig = control_plane.service_account_kubeconfig("image-preflight", "image-preflight",
                                                           folder / "sa.kubeconfig")
     served = ServedWebhook(control_plane, deployed, kubeconfig, folder / "serve.log")
     state = Rollouts(control_plane, served)
-    overlay = deploy_copy / "_agentlightning-on-self-signed"
-    overlay.mkdir(exist_ok=True)
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [f"../{SELF_SIGNED}"], "components": ["../components/agentlightning-only"]}))
+    values = merged(API_ONLY, secret_values(deployed))
     try:
         cpu_images = [containerd_names(HELD, "a"), containerd_names(LATER, "b")]
         for name in CPU:
             create_node(control_plane, name, labels=NODE_LABEL, taints=[], images=cpu_images)
         create_node(control_plane, GPU, labels=NODE_LABEL, taints=[GPU_TAINT], images=[containerd_names(MISSING, "c")])
-        control_plane.kubectl("apply", "--server-side", "-k", str(overlay))
+        apply(control_plane, merged(values, {"agentlightningOnly": True}))
         served.start()
         probe = state.namespace()
         job = _rollout_job(MISSING_ROW, probe)
@@ -115,10 +112,10 @@ def rollouts(control_plane, deployed, deploy_copy, tmp_path_factory):  # noqa: F
         served.stop()
         delete_namespaces(control_plane, state.namespaces)
         core.delete_collection_node(label_selector=",".join(f"{k}={v}" for k, v in NODE_LABEL.items()))
-        control_plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / SELF_SIGNED))
+        apply(control_plane, values)
     hook = k8s.AdmissionregistrationV1Api(core.api_client).read_validating_webhook_configuration(
         "image-preflight").webhooks[0]
-    assert hook.match_conditions is None, "the ordinary overlay was not restored"
+    assert hook.match_conditions is None, "the chart's defaults were not applied again"
 
 
 def _failed_creates(plane, namespace: str, job: str) -> list[str]:

@@ -17,7 +17,8 @@ import pytest
 
 from tests.controlplane.cluster import create_node, running_control_plane, set_node_images, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.builders import SELF_SIGNED, containerd_names
+from tests.builders import containerd_names
+from tests.chart import API_ONLY, apply, merged, secret_values
 
 GROUP = {"key": "image-preflight.test/group", "value": "faults", "effect": "NoSchedule"}
 LABELS = {"image-preflight.test/group": "faults"}
@@ -28,23 +29,22 @@ FIGURES: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
-def control_plane(tmp_path_factory, deploy_copy):
+def control_plane(tmp_path_factory, webhook_certs):
     """A cluster of this module's own: its restarts and compactions leave the controllers of the
     shared one behind (client-go's informers back off, and the node lifecycle controller waits for
     its Lease cache to catch up before it lifts any not-ready taint)."""
     with running_control_plane(tmp_path_factory.mktemp("faults-controlplane")) as plane:
-        plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / "agent"))
-        plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / SELF_SIGNED))
+        apply(plane, merged(API_ONLY, secret_values(webhook_certs)))
         yield plane
 
 
 @pytest.fixture(scope="module")
-def served(control_plane, deploy_copy, tmp_path_factory):
+def served(control_plane, webhook_certs, tmp_path_factory):
     folder = tmp_path_factory.mktemp("faults")
     kubeconfig = control_plane.service_account_kubeconfig("image-preflight", "image-preflight",
                                                           folder / "sa.kubeconfig")
     create_node(control_plane, "faults-1", images=[containerd_names(IMAGE, "c")], labels=LABELS, taints=[GROUP])
-    webhook = ServedWebhook(control_plane, deploy_copy / SELF_SIGNED / "certs", kubeconfig, folder / "serve.log")
+    webhook = ServedWebhook(control_plane, webhook_certs, kubeconfig, folder / "serve.log")
     webhook.start()
     yield webhook
     webhook.stop()

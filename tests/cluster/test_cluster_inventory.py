@@ -1,18 +1,23 @@
-"""The cluster as inventory: `scan` without --inventory reads it as kubectl would, and
+"""The cluster as inventory: `scan` without --inventory reads it as kubectl would,
 `inventory dump` records each kubelet's nodeStatusMaxImages from its configz, through the real
-apiserver's node proxy."""
+apiserver's node proxy, and `inventory delete` removes the agents' lists."""
 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client as k8s
 
 from tests.controlplane.cluster import kubelet_configz
 from image_preflight.cli import main
 from image_preflight.core.sources.node_status import CAP_ANNOTATION
+from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION
+
+NODEIMAGES = (GROUP, VERSION, PLURAL)
 
 TEMPLATE = """apiVersion: batch/v1
 kind: Job
@@ -110,3 +115,48 @@ def test_dump_without_nodes_proxy_says_the_caps_come_from_the_flag(service_accou
     with kubelet_configz(service_accounts, name, "10.250.0.3", max_images=-1):
         assert main(["inventory", "dump", "--kubeconfig", str(reader), "--out", str(tmp_path / "d.json")]) == 0
     assert "cannot read the kubelets' configz (nodes/proxy is forbidden)" in capsys.readouterr().err
+
+
+# --- inventory delete: what the chart's uninstall hook runs -----------------------------------------
+
+
+def _node_images(name: str) -> dict:
+    from image_preflight.core.sources.runtime_lists import runtime_object
+
+    return runtime_object(name, [], observed_at=1_000_000_000, lease_seconds=300)
+
+
+def test_delete_removes_every_node_images_object(service_accounts, case, capsys):
+    custom = k8s.CustomObjectsApi(service_accounts.core().api_client)
+    names = sorted(case.name(n) for n in ("gone-a", "gone-b"))
+    for name in names:
+        custom.create_cluster_custom_object(*NODEIMAGES, _node_images(name))
+    assert main(["inventory", "delete", "--kubeconfig", str(service_accounts.kubeconfig), "--settle", "0.2"]) == 0
+    assert not custom.list_cluster_custom_object(*NODEIMAGES)["items"]
+    err = capsys.readouterr().err
+    assert err.startswith("image-preflight inventory delete: ") and all(name in err for name in names), err
+
+
+def test_delete_fails_naming_an_object_an_agent_still_writes(service_accounts, case, capsys):
+    custom = k8s.CustomObjectsApi(service_accounts.core().api_client)
+    name = case.name("still-written")
+    stop = threading.Event()
+
+    def agent() -> None:  # what a node agent still running does: write its list again
+        while not stop.is_set():
+            try:
+                custom.create_cluster_custom_object(*NODEIMAGES, _node_images(name))
+            except k8s.ApiException:
+                pass
+            stop.wait(0.05)
+
+    writer = threading.Thread(target=agent, daemon=True)
+    writer.start()
+    try:
+        code = main(["inventory", "delete", "--kubeconfig", str(service_accounts.kubeconfig), "--settle", "0.5"])
+    finally:
+        stop.set()
+        writer.join()
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{name} came back after each delete: a node agent still runs" in err, err

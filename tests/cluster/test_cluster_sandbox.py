@@ -14,17 +14,16 @@ from kubernetes import client as k8s
 from image_preflight.core.watchdog import job_failure
 from tests.builders import SANDBOX_MESSAGES, failed_condition, job_manifest
 from tests.cluster.watchdog_process import BOUND_S, FakeKubelet, GRACE_S, Watchdog
-from tests.controlplane.cluster import DEPLOY, create_node, delete_namespaces, wait_for
+from tests.controlplane.cluster import create_node, delete_namespaces, wait_for
 
 PAUSE = "registry.k8s.io/pause:3.10.1"
 
 
 @pytest.fixture
 def watchdog_cluster(service_accounts, tmp_path):
-    """The watchdog as a process with deploy/components/watchdog's ServiceAccount and role, a node
-    for the Pods, and FakeKubelet ending the Pods the Job controller deletes."""
+    """The watchdog as a process with the chart's ServiceAccount and role for it, a node for the
+    Pods, and FakeKubelet ending the Pods the Job controller deletes."""
     plane = service_accounts
-    plane.kubectl("apply", "--server-side", "-f", str(DEPLOY / "components" / "watchdog" / "rbac.yaml"))
     kubeconfig = plane.service_account_kubeconfig("image-preflight", "image-preflight-watchdog",
                                                   tmp_path / "watchdog.kubeconfig")
     node_name = f"sandboxless-{uuid.uuid4().hex[:8]}"

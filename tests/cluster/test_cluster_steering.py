@@ -1,5 +1,5 @@
-"""Steering on the real control plane: the self-signed overlay with deploy/components/steer, `serve
---steer` running as its ServiceAccount, the real Job controller and kube-scheduler.
+"""Steering on the real control plane: the chart with webhook.steering.enabled, `serve --steer`
+running as its ServiceAccount, the real Job controller and kube-scheduler.
 
 Three schedulable nodes and a Job with parallelism 5 and no nodeSelector (agent-lightning's rollout
 shape): without steering the scheduler spreads its Pods over all three; with it every Pod is bound
@@ -17,7 +17,8 @@ from kubernetes.client.rest import ApiException
 from image_preflight.core.admission.steering import STEERED_TO
 from tests.controlplane.cluster import create_node, delete_namespaces, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, SELF_SIGNED, containerd_names, job_manifest
+from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, containerd_names, job_manifest
+from tests.chart import API_ONLY, apply, merged, secret_values
 from tests.cluster.kube_calls import new_namespace
 
 ID = uuid.uuid4().hex[:8]
@@ -30,12 +31,9 @@ PODS = 5
 
 
 @pytest.fixture(scope="module")
-def steered(control_plane, deployed, deploy_copy, tmp_path_factory):  # noqa: F811 - fixtures
+def steered(control_plane, deployed, tmp_path_factory):  # noqa: F811 - fixtures
     folder = tmp_path_factory.mktemp("steering")
-    overlay = deploy_copy / "_steer-on-self-signed"
-    overlay.mkdir(exist_ok=True)
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [f"../{SELF_SIGNED}"], "components": ["../components/steer"]}))
+    values = merged(API_ONLY, secret_values(deployed))
     core = control_plane.core()
     kubeconfig = control_plane.service_account_kubeconfig("image-preflight", "image-preflight", folder / "sa.kubeconfig")
     served = ServedWebhook(control_plane, deployed, kubeconfig, folder / "serve.log", "--steer")
@@ -45,7 +43,7 @@ def steered(control_plane, deployed, deploy_copy, tmp_path_factory):  # noqa: F8
         for name, held in images.items():
             create_node(control_plane, name, images=[containerd_names(image, "abcdef"[i]) for i, image in enumerate(held)],
                         taints=[])
-        control_plane.kubectl("apply", "--server-side", "-k", str(overlay))
+        apply(control_plane, merged(values, {"webhook": {"steering": {"enabled": True}}}))
         served.start()
         namespace = new_namespace(control_plane, ENFORCE_LABEL)
         namespaces.append(namespace)
@@ -58,7 +56,9 @@ def steered(control_plane, deployed, deploy_copy, tmp_path_factory):  # noqa: F8
     finally:
         served.stop()
         delete_namespaces(control_plane, namespaces)
-        k8s.AdmissionregistrationV1Api(core.api_client).delete_mutating_webhook_configuration("image-preflight")
+        apply(control_plane, values)  # steering off again: its configuration goes
+        assert not k8s.AdmissionregistrationV1Api(core.api_client).list_mutating_webhook_configuration(
+            field_selector="metadata.name=image-preflight").items
         for name in NODES:
             core.delete_node(name)
 

@@ -4,7 +4,7 @@ No kubelet runs here. The tests write a Pod's container status through the statu
 the kubelet does (pkg/kubelet/status/status_manager.go), and `FakeKubelet` finishes what the Job
 controller starts: a Pod it deletes is set terminal and then removed with grace 0, as the kubelet's
 status manager does once its containers are gone. The watchdog runs as a process with the
-ServiceAccount and ClusterRole of deploy/components/watchdog; the webhook runs too, so every Job
+ServiceAccount and ClusterRole of the chart's watchdog; the webhook runs too, so every Job
 and Pod here is admitted (or denied) as in a cluster.
 """
 
@@ -21,7 +21,6 @@ from pathlib import Path
 
 import kr8s
 import pytest
-import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
@@ -31,7 +30,7 @@ from image_preflight.kube.client import api_client
 from image_preflight.watchdog.actions import Actions
 from tests.controlplane.cluster import create_node, delete_namespaces, set_node_images, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, SELF_SIGNED, containerd_names, failed_condition, job_manifest
+from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, containerd_names, failed_condition, job_manifest
 from tests.cluster.kube_calls import new_namespace
 from tests.cluster.watchdog_process import BOUND_S, FakeKubelet, GRACE_S, Watchdog
 
@@ -92,15 +91,10 @@ def never_pull_message(image: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(control_plane, deployed, deploy_copy, tmp_path_factory):  # noqa: F811 - fixtures
-    """The self-signed overlay with deploy/components/watchdog applied, `serve` and `watchdog`
-    running with their ServiceAccounts, one untainted node holding HELD and LATER."""
+def cluster(control_plane, deployed, tmp_path_factory):  # noqa: F811 - fixtures
+    """The chart applied (the watchdog's ServiceAccount and role among its objects), `serve` and
+    `watchdog` running with their ServiceAccounts, one untainted node holding HELD and LATER."""
     folder = tmp_path_factory.mktemp("watchdog")
-    overlay = deploy_copy / "_watchdog-on-self-signed"
-    overlay.mkdir(exist_ok=True)
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [f"../{SELF_SIGNED}"], "components": ["../components/watchdog"]}))
-    control_plane.kubectl("apply", "--server-side", "-k", str(overlay))
     served = ServedWebhook(control_plane, deployed, control_plane.service_account_kubeconfig(
         "image-preflight", "image-preflight", folder / "serve.kubeconfig"), folder / "serve.log")
     kubeconfig = control_plane.service_account_kubeconfig("image-preflight", "image-preflight-watchdog",

@@ -1,4 +1,4 @@
-"""The webhook on a real control plane: deployed from deploy/, called by kube-apiserver through its
+"""The webhook on a real control plane: deployed from the chart, called by kube-apiserver through its
 Service, answered to the official client and to kr8s (agent-lightning's client), with the Job
 controller and the scheduler doing the rest."""
 
@@ -10,13 +10,13 @@ import sys
 import uuid
 
 import pytest
-import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from tests.controlplane.cluster import KUBELET_PORT, create_node, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, SELF_SIGNED, WEBHOOK, containerd_names, job_manifest
+from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, WEBHOOK, containerd_names, job_manifest
+from tests.chart import API_ONLY, apply, merged, secret_values
 from image_preflight.core.decide.scheduling import NodeTraits, PodPlacement, unschedulable_reason
 from tests.cluster.kube_calls import kr8s_create, new_namespace, status_of
 
@@ -73,7 +73,7 @@ def test_the_apiserver_reaches_the_webhook_at_its_service_over_verified_tls(cont
     with pytest.raises(ApiException):
         k8s.BatchV1Api(control_plane.core().api_client).create_namespaced_job(enforced, job_manifest("j", MISSING))
     # The apiserver resolved the Service to its ClusterIP itself and dialed it (once: it keeps the
-    # connection); TLS succeeded with the overlay's caBundle for image-preflight.image-preflight.svc.
+    # connection); TLS succeeded with the chart's caBundle for image-preflight.image-preflight.svc.
     # (Kubelet ports are the node proxy's, for the configz other tests serve.)
     assert {a for a in control_plane.network.dialed if not a.endswith(f":{KUBELET_PORT}")} == {webhook.address}
 
@@ -159,13 +159,9 @@ def test_failure_policy_ignore_admits_while_the_webhook_is_down(control_plane, w
     assert created.metadata.uid
 
 
-def test_the_failure_policy_fail_component_rejects_while_the_webhook_is_down(
-        control_plane, webhook, deploy_copy, enforced):
-    overlay = deploy_copy / "_fail-on-self-signed"
-    overlay.mkdir(exist_ok=True)
-    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [f"../{SELF_SIGNED}"], "components": ["../components/failure-policy-fail"]}))
-    control_plane.kubectl("apply", "--server-side", "-k", str(overlay))
+def test_failure_policy_fail_rejects_while_the_webhook_is_down(control_plane, webhook, deployed, enforced):
+    values = merged(API_ONLY, secret_values(deployed))
+    apply(control_plane, merged(values, {"webhook": {"failurePolicy": "Fail"}}))
     webhook.stop()
     batch = k8s.BatchV1Api(control_plane.core().api_client)
     try:
@@ -180,14 +176,14 @@ def test_the_failure_policy_fail_component_rejects_while_the_webhook_is_down(
         error = wait_for(rejected, "failurePolicy Fail is in force", timeout_s=30)
         assert error.status == 500 and f'failed calling webhook "{WEBHOOK}"' in status_of(error)["message"]
     finally:
-        control_plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / SELF_SIGNED))
+        apply(control_plane, values)
         webhook.start()
     policy = k8s.AdmissionregistrationV1Api(control_plane.core().api_client).read_validating_webhook_configuration(
         "image-preflight").webhooks[0].failure_policy
     assert policy == "Ignore"
 
 
-# --- the service accounts of deploy/: what they use is what they are granted ----------------------
+# --- the chart's service accounts: what they use is what they are granted ----------------------
 
 
 def _granted(plane, role: str) -> set[tuple[str, str, str]]:

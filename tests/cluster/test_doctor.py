@@ -22,7 +22,7 @@ from tests.controlplane.cluster import (
     wait_for,
 )
 from tests.controlplane.webhook import ServedWebhook
-from tests.builders import NAMESPACE, SELF_SIGNED, SERVICE
+from tests.chart import API_ONLY, NAMESPACE, SERVICE, apply, merged, render, secret_values
 from image_preflight.cli import main
 from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time
 from image_preflight.doctor.gc import GRANT_PROXY
@@ -33,11 +33,10 @@ FILLER = [[f"docker.io/library/filler-{n}:v1"] for n in range(60)]
 
 
 @pytest.fixture(scope="module")
-def plane(tmp_path_factory, deploy_copy):  # noqa: F811 - fixture
+def plane(tmp_path_factory, webhook_certs):  # noqa: F811 - fixture
     """A cluster of this module's own: the doctor reads every node and namespace in it."""
     with running_control_plane(tmp_path_factory.mktemp("doctor-controlplane")) as started:
-        started.kubectl("apply", "--server-side", "-k", str(deploy_copy / "agent"))
-        started.kubectl("apply", "--server-side", "-k", str(deploy_copy / SELF_SIGNED))
+        apply(started, merged(API_ONLY, secret_values(webhook_certs)))
         core = started.core()
         core.create_namespace({"metadata": {"name": ROLLOUTS, "labels": ENFORCE}})
         core.create_namespace({"metadata": {"name": "elsewhere"}})
@@ -47,10 +46,10 @@ def plane(tmp_path_factory, deploy_copy):  # noqa: F811 - fixture
 
 
 @pytest.fixture(scope="module")
-def served(plane, deploy_copy, tmp_path_factory):  # noqa: F811 - fixture
+def served(plane, webhook_certs, tmp_path_factory):  # noqa: F811 - fixture
     folder = tmp_path_factory.mktemp("doctor")
     kubeconfig = plane.service_account_kubeconfig("image-preflight", "image-preflight", folder / "sa.kubeconfig")
-    webhook = ServedWebhook(plane, deploy_copy / SELF_SIGNED / "certs", kubeconfig, folder / "serve.log")
+    webhook = ServedWebhook(plane, webhook_certs, kubeconfig, folder / "serve.log")
     webhook.start()
     with kubelet_configz(plane, "cpu-1", "10.250.1.1"):
         yield webhook
@@ -138,7 +137,7 @@ def test_needed_images_unpinned_and_the_kubelets_gc_settings_through_the_node_pr
 
 
 def test_without_nodes_proxy_each_node_is_one_skipped_line_not_a_failure(plane, served, capsys, tmp_path):
-    """The webhook's ServiceAccount lists nodes (deploy/base/rbac.yaml) but may not get nodes/proxy
+    """The webhook's ServiceAccount lists nodes (the chart's ClusterRole) but may not get nodes/proxy
     nor the needed list."""
     reader = plane.service_account_kubeconfig("image-preflight", "image-preflight", tmp_path / "sa.kubeconfig")
     code = main(["doctor", "--kubeconfig", str(reader), "--namespace", ROLLOUTS,
@@ -179,7 +178,8 @@ def test_node_lists_capped_uncapped_and_stale(plane, served, capsys, tmp_path):
     text = "\n".join(lines)
     assert code == 1
     assert ("problem: node capped: node status lists 50 images, at the kubelet's cap of 50 (assumed; its configz is "
-            "not readable): an image absent from it is unknown, not missing; fix: kubectl apply -k deploy/agent") in text
+            "not readable): an image absent from it is unknown, not missing; fix: helm upgrade image-preflight "
+            "deploy/chart/image-preflight --namespace image-preflight --reuse-values --set agent.enabled=true") in text
     assert "ok: node uncapped: complete list in node status (60 images, no cap, from its configz)" in text
     assert "problem: node cpu-1: the node agent's list went stale" in text
     assert "skipped: kubelet configz unreadable on capped" in text
@@ -239,17 +239,18 @@ def test_a_ca_bundle_that_does_not_verify_the_served_certificate(plane, served, 
     wait_for(lambda: doctor(plane, served, capsys)[0] == 0, "healthy again once restored", timeout_s=30)
 
 
-def test_no_webhook_configuration(plane, served, capsys, deploy_copy):  # noqa: F811 - fixture
+def test_no_webhook_configuration(plane, served, capsys, webhook_certs):  # noqa: F811 - fixture
     admission = k8s.AdmissionregistrationV1Api(plane.core().api_client)
     admission.delete_validating_webhook_configuration("image-preflight")
     try:
         code, lines = doctor(plane, served, capsys)
     finally:
-        plane.kubectl("apply", "--server-side", "-k", str(deploy_copy / SELF_SIGNED))
+        apply(plane, merged(API_ONLY, secret_values(webhook_certs)))
     assert code == 1
     assert _problems(lines)[0] == ("problem: no ValidatingWebhookConfiguration holds the webhook "
-                                   "validate.image-preflight.io: nothing is checked; fix: kubectl apply -k "
-                                   "deploy/overlays/cert-manager (or deploy/overlays/self-signed)")
+                                   "validate.image-preflight.io: nothing is checked; fix: helm install "
+                                   "image-preflight deploy/chart/image-preflight --namespace image-preflight "
+                                   "--create-namespace")
 
 
 def test_a_cluster_that_cannot_be_read_exits_2_with_one_line(tmp_path, capsys):
@@ -265,15 +266,12 @@ def test_a_cluster_that_cannot_be_read_exits_2_with_one_line(tmp_path, capsys):
     ({"image-preflight.io/enforce": "true", "kubernetes.io/metadata.name": "kube-system"}, False),
     ({"kubernetes.io/metadata.name": "rollouts"}, False),
 ])
-def test_the_namespace_selector_of_deploy_base_is_read_as_the_apiserver_reads_it(labels, selected):
+def test_the_namespace_selector_of_the_chart_is_read_as_the_apiserver_reads_it(labels, selected):
     """k8s.io/apimachinery/pkg/apis/meta/v1, LabelSelectorAsSelector: matchLabels and every
     expression must hold."""
-    import yaml
-
     from image_preflight.doctor.findings import selects
-    from tests.builders import DEPLOY
 
-    configuration = yaml.safe_load((DEPLOY / "base" / "webhook.yaml").read_text())
+    (configuration,) = [d for d in render() if d["kind"] == "ValidatingWebhookConfiguration"]
     assert selects(configuration["webhooks"][0]["namespaceSelector"], labels) is selected
     assert selects({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, labels) is True
     assert selects({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, labels) is False
@@ -341,7 +339,7 @@ def test_failure_policy_fail_is_named_with_what_it_does_to_agent_lightning(polic
     lines = [f.line() for f in found if f.status == PROBLEM]
     assert bool(lines) == problem
     if problem:
-        assert "rollouts stay queuing" in lines[0] and "components/watchdog" in lines[0]
+        assert "rollouts stay queuing" in lines[0] and "--set watchdog.enabled=true" in lines[0]
 
 
 def _replica(name: str, *, ready: bool, waiting: dict | None = None, deleting: bool = False) -> dict:
@@ -365,7 +363,7 @@ def test_a_replica_waiting_for_its_own_image_is_named_with_its_node_and_the_impo
     texts = [f.text for f in found if f.status == PROBLEM]
     assert texts[0] == "Deployment image-preflight/image-preflight: 1 of 3 replicas ready"
     assert texts[1] == ("Pod image-preflight/b: image image-preflight:0.1.0 is not on node cpu-1 (ErrImagePull): "
-                        "load it there (docs/deploy.md, step 2)")
+                        "load it there (docs/quickstart.md, step 2)")
     assert "ctr -n k8s.io images import" in found[2].fix and "cpu-1" in found[2].fix
     assert texts[2] == "Pod image-preflight/c: container webhook waits (CrashLoopBackOff: back-off 10s)"
     assert len(texts) == 3  # a terminating Pod is on its way out
@@ -542,8 +540,8 @@ def test_needed_images_not_pinned_are_named_with_the_fix_for_how_the_agent_runs(
     assert line == ("problem: node cpu-1: 4 needed image(s) not pinned (docker.io/library/rollout-a:v1, "
                     "docker.io/library/rollout-b:v1, docker.io/library/rollout-c:v1 and 1 more): pinning is not "
                     "enabled on its node agent, so the kubelet's image GC may delete them; fix: enable pinning: "
-                    "kubectl apply -k OVERLAY, an overlay of deploy/agent with the component "
-                    "deploy/agent/components/pin-needed-images")
+                    "helm upgrade image-preflight deploy/chart/image-preflight --namespace image-preflight "
+                    "--reuse-values --set agent.pinning.enabled=true")
     enabled = _gc({}, _summary(10), _agent("cpu-1", TWO_UNPINNED, {"list": "image-preflight-agent/needed-images",
                                                                    "supported": True, "message": "label failed"}))
     (line,) = _lines(enabled, "problem")

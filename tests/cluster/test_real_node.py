@@ -159,9 +159,9 @@ def test_doctor_tells_whether_the_webhook_is_registered_and_its_fix_works(stack)
     try:
         gone = doctor(stack)
         (line,) = [x for x in gone.splitlines() if "no ValidatingWebhookConfiguration holds the webhook" in x]
-        assert "kubectl apply" in line, line
+        assert "fix: helm install image-preflight deploy/chart/image-preflight" in line, line
     finally:
-        apply_without_pods(stack.plane, stack.overlay)
+        apply_without_pods(stack.plane, stack.values)
     wait_for(lambda: "the apiserver calls the webhook: a dry-run Job" in doctor(stack),
              "the re-applied configuration is called", timeout_s=60, interval_s=1)
 

@@ -23,6 +23,7 @@ from image_preflight.core.watchdog import job_failure
 from tests.agent_lightning import TEMPLATE, VENV, example_row, require_agent_lightning
 from tests.controlplane.cluster import free_port, terminate, wait_for
 from tests.needs import record_figures
+from tests.chart import merged
 from tests.cluster.real_stack import ABSENT, DENIED, ENFORCE, GRACE_S, HELD, apply_without_pods
 from tests.builders import example_row_id
 
@@ -210,16 +211,12 @@ def test_a_batch_as_the_trainer_sends_it_fails_every_bad_rows_rollouts_and_runs_
             assert agl.wait_state(rollout, {"succeeded", "failed"}, timeout_s=120)["state"] == "succeeded"
 
 
-def test_under_failure_policy_fail_an_unreachable_webhook_leaves_the_rollout_queuing(agl, deploy_copy):  # noqa: F811
-    """deploy/components/failure-policy-fail, the webhook unreachable: the apiserver refuses the Job
-    with an internal error that names no "invalid", so agent-lightning retries it every poll, for
-    ever (k8s_reconciler.py), with no Job for the watchdog to fail. Why deploy/ keeps Ignore."""
-    overlay = deploy_copy / "_real-node-fail"
-    overlay.mkdir(exist_ok=True)
-    (overlay / "kustomization.yaml").write_text(json.dumps({
-        "resources": ["../_real-node"], "components": ["../components/failure-policy-fail"]}))
+def test_under_failure_policy_fail_an_unreachable_webhook_leaves_the_rollout_queuing(agl):
+    """webhook.failurePolicy Fail, the webhook unreachable: the apiserver refuses the Job with an
+    internal error that names no "invalid", so agent-lightning retries it every poll, for ever
+    (k8s_reconciler.py), with no Job for the watchdog to fail. Why the chart keeps Ignore."""
     plane = agl.stack.plane
-    apply_without_pods(plane, overlay)
+    apply_without_pods(plane, merged(agl.stack.values, {"webhook": {"failurePolicy": "Fail"}}))
     try:
         with agl.stack.webhook_unreachable():
             wait_for(lambda: "failed calling webhook" in agl.stack.dry_run(agl.namespace, HELD)[1],
@@ -230,6 +227,6 @@ def test_under_failure_policy_fail_an_unreachable_webhook_leaves_the_rollout_que
             assert not _jobs_of(agl, rollout)
             assert "will retry" in (agl.folder / "agl-controller.log").read_text(errors="replace")
     finally:
-        apply_without_pods(plane, deploy_copy / "_real-node")
+        apply_without_pods(plane, agl.stack.values)
     # Once the webhook answers again the rollout's next poll creates its Job.
     agl.wait_state(rollout, {"running", "succeeded"}, timeout_s=POLL_S * 3)

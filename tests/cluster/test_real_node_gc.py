@@ -93,12 +93,11 @@ def node_lines(report: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def gc_stack(stack, tmp_path_factory):
-    """The stack with the agent's pinning RBAC, and no NodeImages object an earlier module's agent
-    left: once its lease ended, it would make every image of the node unknown to the scan."""
+    """The stack (the chart's pinning Role among its objects), and no NodeImages object an earlier
+    module's agent left: once its lease ended, it would make every image of the node unknown to the
+    scan."""
     plane = stack.plane
     delete_node_images(stack)
-    rbac = Path(__file__).resolve().parents[2] / "deploy" / "agent" / "components" / "pin-needed-images" / "rbac.yaml"
-    plane.kubectl("apply", "--server-side", "-f", str(rbac))
     stack.folder_gc = tmp_path_factory.mktemp("gc")
     yield stack
     plane.kubectl("-n", NEEDED_NAMESPACE, "delete", "configmap", NEEDED_NAME, "--ignore-not-found")
@@ -187,7 +186,7 @@ def test_doctor_names_needed_images_the_node_holds_unpinned(gc_stack):
     line = next((line for line in node_lines(report) if "not pinned" in line), None)
     assert line is not None, report
     assert line.startswith(f"problem: node {NODE_NAME}: ") and f"not pinned ({image}): pinning is not enabled" in line
-    assert "deploy/agent/components/pin-needed-images" in line, line
+    assert "--set agent.pinning.enabled=true" in line, line
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -35,7 +35,6 @@ from tests.controlplane.network import ClusterNetwork
 from tests.needs import unavailable
 from tests.controlplane.pki import Authority, service_account_keys
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 NODEIMAGES_CRD = "crd/nodeimages.image-preflight.io"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet-configz")
 SERVICE_CIDR = "10.0.0.0/24"
@@ -476,18 +475,14 @@ def control_plane(tmp_path_factory) -> Iterator[ControlPlane]:
 
 
 def apply_service_accounts(plane: ControlPlane) -> None:
-    """deploy/'s ServiceAccounts with their roles: the webhook's image-preflight/image-preflight
-    (deploy/base) and the node agent's image-preflight-agent/image-preflight-agent (deploy/agent,
-    with the NodeImages CRD, and its pinning component's Role). Applied as `kubectl apply -k` applies them, so that a later apply of
-    an overlay agrees with them."""
-    base = plane.kubectl("kustomize", str(DEPLOY / "base")).stdout
-    accounts = [d for d in yaml.safe_load_all(base)
-                if d and d["kind"] in ("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding")]
-    plane.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(accounts))
-    plane.kubectl("apply", "--server-side", "-k", str(DEPLOY / "agent"))
-    # The pinning component's read of the needed list (its DaemonSet flag matters to no test here).
-    plane.kubectl("apply", "--server-side", "-f", str(DEPLOY / "agent" / "components" / "pin-needed-images" / "rbac.yaml"))
-    plane.kubectl("wait", "--for=condition=Established", NODEIMAGES_CRD)
+    """The chart's ServiceAccounts with their roles, the NodeImages CRD and the agent's namespace:
+    the webhook's image-preflight/image-preflight, the node agent's
+    image-preflight-agent/image-preflight-agent (with pinning's Role), the watchdog's. Applied as
+    tests.chart.apply applies the whole chart, so that a later apply of it agrees with them."""
+    from tests.chart import API_ONLY, apply
+
+    apply(plane, API_ONLY, kinds=("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                                  "RoleBinding"))
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ SERVICE_HOST = "image-preflight.image-preflight.svc"
 
 
 class ServedWebhook:
-    """`image-preflight serve --kubeconfig` with the certificates of the applied overlay, exposed
+    """`image-preflight serve --kubeconfig` with the certificates of the applied chart, exposed
     at the webhook Service's ClusterIP:443 on the cluster network."""
 
     def __init__(self, plane: ControlPlane, certs: Path, kubeconfig: Path, log: Path, *extra: str) -> None:

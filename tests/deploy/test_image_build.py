@@ -78,7 +78,7 @@ def test_archive_is_named_for_ctr(preflight_image):
 
 
 def test_default_command_runs_as_a_pod_does(preflight_image):
-    """The webhook's container as deploy/base/deployment.yaml runs it (uid 10001, read-only root,
+    """The webhook's container as the chart's Deployment runs it (uid 10001, read-only root,
     no capabilities): ENTRYPOINT + CMD prints `serve`'s usage."""
     config = preflight_image.config
     out = _in_image(preflight_image, *config["Entrypoint"], *config["Cmd"])
