@@ -52,7 +52,8 @@ def _publish(images: ImageClient, config: AgentConfig) -> int:
         from image_preflight.agent.containerd_images import ImageRecords
         from image_preflight.agent.pinner import Pinner
 
-        pinner = Pinner(ImageRecords(images.endpoint, timeout=images.timeout), config.pin_needed_images)
+        pinner = Pinner(ImageRecords(images.endpoint, timeout=images.timeout), config.pin_needed_images,
+                        max_bytes=config.pin_max_bytes)
     agent = Agent(images, Publisher(api, config.node, lease_seconds=config.lease), interval=config.interval,
                   exit_after_failures=config.exit_after_failures, image_events=config.image_events,
                   sandbox_image=config.sandbox_image, pinner=pinner)

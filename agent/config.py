@@ -9,6 +9,8 @@ import os
 from dataclasses import dataclass
 
 from image_preflight.commands import DEFAULT_LOG_LEVEL, add_log_level_argument, runner
+from image_preflight.core.image_gc.pinning import DEFAULT_MAX_BYTES
+from image_preflight.core.sources.runtime_lists import MAX_LEASE_S
 from image_preflight.errors import UsageError
 from image_preflight.kube.client import ClusterFlags, add_cluster_arguments
 
@@ -43,6 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="pin the images this ConfigMap lists (scan --needed-images) against the kubelet's"
                         " image GC, and unpin those it pinned once unlisted; needs containerd 1.6.25, 1.7.10 or 2.x"
                         " (docs/agent.md)")
+    parser.add_argument("--pin-max-bytes", default=f"{DEFAULT_MAX_BYTES // 2**30}Gi",
+                        metavar="QUANTITY",
+                        help="with --pin-needed-images, pin at most this many bytes of images (a Kubernetes quantity"
+                        " such as 200Gi; the rest are reported refused), so that the list cannot keep the image GC"
+                        " from freeing the disk (default %(default)s)")
     add_log_level_argument(parser)
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--publish", action="store_true", help="keep the NodeImages object current until SIGTERM")
@@ -62,6 +69,7 @@ class AgentConfig:
     image_events: bool = True
     sandbox_image: str | None = None
     pin_needed_images: str | None = None  # NAMESPACE/NAME of the needed list
+    pin_max_bytes: int = DEFAULT_MAX_BYTES
     log_level: str = DEFAULT_LOG_LEVEL
 
     def __post_init__(self) -> None:
@@ -69,8 +77,8 @@ class AgentConfig:
 
         if not self.node:
             raise UsageError("--node: not given and NODE_NAME is not set")
-        if self.lease < 1:
-            raise UsageError(f"--lease: must be at least 1 second, got {self.lease}")
+        if not 1 <= self.lease <= MAX_LEASE_S:
+            raise UsageError(f"--lease: must be 1 to {MAX_LEASE_S} seconds, got {self.lease}")
         if self.publish and not 0 < self.interval < self.lease * RENEW_WHEN_REMAINING:
             raise UsageError(
                 f"--interval: must be above 0 and below a third of --lease ({self.lease * RENEW_WHEN_REMAINING:g} s),"
@@ -95,5 +103,20 @@ class AgentConfig:
             cri_endpoint=args.cri_endpoint, interval=args.interval, lease=args.lease,
             cluster=ClusterFlags.from_args(args), exit_after_failures=args.exit_after_failures,
             image_events=args.image_events, sandbox_image=args.sandbox_image,
-            pin_needed_images=args.pin_needed_images, log_level=args.log_level,
+            pin_needed_images=args.pin_needed_images, pin_max_bytes=_quantity(args.pin_max_bytes, "--pin-max-bytes"),
+            log_level=args.log_level,
         )
+
+
+# Kubernetes quantities' suffixes for bytes (k8s.io/apimachinery/pkg/api/resource). By hand: the
+# client's parse_quantity loads the whole Kubernetes client, which no --help should wait for.
+_SUFFIXES = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+             "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+
+
+def _quantity(text: str, flag: str) -> int:
+    number = text.rstrip("kKMGTPi")
+    suffix = text[len(number):]
+    if not number.isdigit() or suffix not in _SUFFIXES:
+        raise UsageError(f"{flag}: {text!r} is not a quantity of bytes (such as 200Gi, 500G or 1073741824)")
+    return int(number) * _SUFFIXES[suffix]

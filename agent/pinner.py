@@ -19,9 +19,11 @@ log = logging.getLogger(__name__)
 
 
 class Pinner:
-    def __init__(self, records: ImageRecords, source: str) -> None:
+    def __init__(self, records: ImageRecords, source: str, *, max_bytes: int | None = None) -> None:
         self.records = records
         self.source = source  # NAMESPACE/NAME of the ConfigMap
+        self.max_bytes = max_bytes  # of images pinned at once (--pin-max-bytes)
+        self._refused: tuple[str, ...] = ()  # what the last plan left unpinned for the budget
         self._lock = threading.Lock()
         self._needed: NeededImages | None = None  # None: not read yet
         self.refusal: str | None = None
@@ -81,10 +83,11 @@ class Pinner:
                 if problem != self._said:
                     log.warning("pinning: %s; trying again next cycle", problem)
         self._said = problem
-        key = (needed, self._fingerprint(images), self.refusal, problem)
+        key = (needed, self._fingerprint(images), self.refusal, problem, self._refused)
         if self._report is None or self._report[0] != key:  # matching 10,000 names costs tens of ms
             self._report = (key, pinning_report(source=self.source, refusal=self.refusal, needed=needed,
-                                                images=images, problem=problem))
+                                                images=images, problem=problem, refused=self._refused,
+                                                max_bytes=self.max_bytes))
         return dict(self._report[1])
 
     def _fingerprint(self, images: Sequence[Mapping]) -> str:
@@ -99,7 +102,11 @@ class Pinner:
         settled = (needed, self._fingerprint(images))
         if settled == self._settled:
             return
-        plan = pin_plan(needed, images, self.records.marked())
+        plan = pin_plan(needed, images, self.records.marked(), self.max_bytes)
+        if plan.refused != self._refused and plan.refused:
+            log.warning("%d needed image(s) not pinned: pinning them would pass --pin-max-bytes %s (%s)",
+                        len(plan.refused), self.max_bytes, ", ".join(plan.refused[:3]))
+        self._refused = plan.refused
         if not plan.pin and not plan.unpin:
             self._settled = settled
         for name in plan.pin:
@@ -109,4 +116,5 @@ class Pinner:
         for name in plan.unpin:
             if self.records.unpin(name):
                 self.unpinned += 1
-                log.info("unpinned %s (no longer in configmap %s)", name, self.source)
+                log.info("unpinned %s (%s)", name, "over --pin-max-bytes" if name in plan.refused
+                         else f"no longer in configmap {self.source}")

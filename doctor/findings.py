@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from image_preflight.core.image_gc import pinning
+from image_preflight.core.decide.inventory import CLOCK_SKEW_S
 from image_preflight.core.sources.node_status import node_images_from_node
 from image_preflight.core.watchdog.pull_failures import reference_of
 from image_preflight.core.sources.runtime_lists import node_images_from_runtime
@@ -283,7 +284,11 @@ def _node_list(node: Mapping, name: str, agent, cap: int | None, max_images: int
     if agent is not None and agent.conclusive(now):
         return Finding(OK, f"node {name}: complete list from the node agent ({len(agent.refs)} names)")
     stale = ""
-    if agent is not None:
+    if agent is not None and agent.observed_at is not None and agent.observed_at - CLOCK_SKEW_S > now:
+        ahead = agent.observed_at - now
+        stale = (f"the node agent's list says it was observed {ahead:.0f} s from now (its node's clock runs "
+                 "ahead), which proves nothing, and ")
+    elif agent is not None:
         ago = now - (agent.expires_at or now)
         stale = f"the node agent's list went stale {ago:.0f} s ago, and "
     in_force = cap if cap is not None else max_images

@@ -33,8 +33,14 @@ UPGRADE = (f"upgrade containerd to {pinning.FIRST_PINNING_MAJOR}.0 or later (or 
            + " or later in their series)")
 CREATE_LIST = (f"kubectl -n {pinning.NEEDED_NAMESPACE} create configmap {pinning.NEEDED_NAME} "
                "--from-file=needed.txt")
-GRANT_PROXY = ("kubectl create clusterrole nodes-proxy-get --verb=get --resource=nodes/proxy && kubectl create "
-               "clusterrolebinding nodes-proxy-get --clusterrole=nodes-proxy-get --user=YOU")
+def grant_proxy(node: str) -> str:
+    """Read access to one node's kubelet through the apiserver's node proxy, and no other's. The
+    proxy is authorised as get on nodes/proxy however fine the kubelet's own authorisation is
+    (pkg/kubelet/server/auth.go, GetRequestAttributes, applies to direct callers), and it opens the
+    whole kubelet API of that node: so it is named, never granted for every node."""
+    role = f"image-preflight-read-kubelet-{node}"[:253]
+    return (f"kubectl create clusterrole {role} --verb=get --resource=nodes/proxy --resource-name={node} && "
+            f"kubectl create clusterrolebinding {role} --clusterrole={role} --user=YOU")
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,7 +303,8 @@ def _unread(name: str, what: str, unread: KubeletUnread | None) -> Finding:
     if unread is None:
         return Finding(SKIPPED, f"node {name}: {what} not read)")
     if unread.status == 403:
-        return Finding(SKIPPED, f"node {name}: {what}: HTTP 403; reading it needs get on nodes/proxy)", GRANT_PROXY)
+        return Finding(SKIPPED, f"node {name}: {what}: HTTP 403; reading it needs get on nodes/proxy)",
+                       grant_proxy(name))
     why = unread.why if len(unread.why) <= 200 else unread.why[:200] + "..."
     if unread.status is not None and unread.status >= 500:
         why += ": the apiserver cannot reach its kubelet (node down?)"

@@ -404,10 +404,12 @@ WEBHOOKS = frozenset({"validate.image-preflight.io"})
 def failed_create(webhook: str = "validate.image-preflight.io", *, reason: str = "FailedCreate",
                   kind: str = "Job", uid: str = "job-uid") -> dict:
     # pkg/controller/controller_utils.go createPods: "Error creating: %v" of the apiserver's
-    # error, apiserver/pkg/admission/plugin/webhook/errors/statuserror.go ToStatusErr.
+    # error, apiserver/pkg/admission/plugin/webhook/errors/statuserror.go ToStatusErr; the Job
+    # controller's recorder (client-go tools/record) names it as source and reporting component.
     return {"metadata": {"name": "agl-rollout-1.1", "namespace": NS, "uid": "event-uid"}, "reason": reason,
             "involvedObject": {"apiVersion": "batch/v1", "kind": kind, "name": "agl-rollout-1", "namespace": NS,
                                "uid": uid},
+            "source": {"component": "job-controller"}, "reportingComponent": "job-controller",
             "message": f'Error creating: admission webhook "{webhook}" denied the request: invalid: image x is absent'}
 
 
@@ -438,7 +440,7 @@ def sandbox_event(message: str = SANDBOX_MESSAGES["containerd 2.3 Start"], *, ui
             "involvedObject": {"kind": kind, "namespace": NS, "name": "agl-rollout-1-abcde", "uid": uid,
                                "apiVersion": "v1", "resourceVersion": "812"},
             "reason": reason, "message": message, "source": {"component": "kubelet", "host": "cpu-a"},
-            "type": "Warning", "count": 3}
+            "reportingComponent": "kubelet", "type": "Warning", "count": 3}
 
 
 def unstarted(**changes) -> dict:

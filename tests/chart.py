@@ -25,10 +25,13 @@ AGENT_NAMESPACE = "image-preflight-agent"
 WORKLOADS = frozenset({"Deployment", "DaemonSet"})
 # The values of a cluster whose faces run as the tests' own processes: no helm test there; the
 # agents' DaemonSet on no node unless a test labels one (a Pod there would only wait: no kubelet
-# runs it); and no node restriction, which refuses the tests' agents their writes, as it should
-# (their tokens are bound to no Pod): tests/cluster/test_real_node_chart.py shows it.
+# runs it); no node restriction, which refuses the tests' agents their writes, as it should (their
+# tokens are bound to no Pod); and no restriction of the watchdog's writes, which the watchdog's
+# tests make in namespaces the running watchdog does not watch. tests/cluster/test_real_node_chart.py
+# shows both policies at work.
 API_ONLY = {"tests": {"enabled": False},
-            "agent": {"nodeSelector": {"image-preflight.test/agent": "true"}, "nodeRestriction": {"enabled": False}}}
+            "agent": {"nodeSelector": {"image-preflight.test/agent": "true"}, "nodeRestriction": {"enabled": False}},
+            "watchdog": {"writeRestriction": {"enabled": False}}}
 
 
 def helm_binary(name: str = "helm") -> str:

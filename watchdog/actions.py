@@ -31,11 +31,13 @@ def _now() -> str:
 
 
 class Actions:
-    def __init__(self, api: kubernetes.client.ApiClient, *, mode: str, instance: str) -> None:
+    def __init__(self, api: kubernetes.client.ApiClient, *, mode: str, instance: str,
+                 webhooks: frozenset[str] = frozenset()) -> None:
         self._batch = kubernetes.client.BatchV1Api(api)
         self._core = kubernetes.client.CoreV1Api(api)
         self.mode = mode
         self.instance = instance
+        self.webhooks = webhooks  # whose denials fail a Job
 
     def handle(self, stall: Stall, waited_s: float) -> Handled:
         """Act on one stall. ApiExceptions other than those answered here (and connection errors)
@@ -54,6 +56,8 @@ class Actions:
             at = _now()
             content = job_failure.record(stall, action, at=at, waited_s=waited_s)
             reason = job_failure.skip_reason(job, owner.uid, self.mode)
+            if reason is None and stall.denial is not None:
+                reason = self._unconfirmed(job)
             if reason is not None:
                 return Handled(Action.SKIPPED, reason, {**content, "action": Action.SKIPPED})
             try:
@@ -71,6 +75,27 @@ class Actions:
                 message=job_failure.job_message(stall, action), at=at, instance=self.instance))
             return Handled(action, problem, content)
         return Handled(Action.SKIPPED, "conflicts", job_failure.record(stall, Action.SKIPPED, at=_now(), waited_s=waited_s))
+
+    def _unconfirmed(self, job: dict) -> str | None:
+        """Why a FailedCreate's denial does not stand, or None when a dry run of the Job's Pod is
+        denied by the same webhook again: an Event proves nothing of who wrote it, the webhook's
+        answer now does (and a denial the cluster has since outgrown fails nothing)."""
+        namespace = job["metadata"]["namespace"]
+        try:
+            self._core.create_namespaced_pod(namespace, job_failure.probe_pod(job), dry_run="All",
+                                             _request_timeout=_REQUEST_TIMEOUT)
+        except ApiException as exc:
+            text = describe_error(exc)
+            try:
+                text = json.loads(exc.body or "{}").get("message") or text
+            except ValueError:
+                pass
+            if any(text.startswith(f'admission webhook "{name}" denied the request: ') for name in self.webhooks):
+                return None
+            if exc.status in (401, 403, 404, 409, 422):  # refused for another reason: not ours to act on
+                return f"not confirmed: a dry run of its Pod was refused otherwise ({exc.status}: {text[:200]})"
+            raise
+        return "not confirmed: a dry run of its Pod is admitted now"
 
     def _read_job(self, name: str, namespace: str) -> dict:
         response = self._batch.read_namespaced_job(name, namespace, _preload_content=False,

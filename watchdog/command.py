@@ -48,7 +48,8 @@ def start(config: WatchdogConfig, stop: threading.Event) -> list:
     metrics = Metrics()
     stalls = Stalls(config.grace, include_always=config.include_always, webhooks=config.webhook_names)
     instance = os.environ.get("POD_NAME") or socket.gethostname()
-    watchdog = Watchdog(stalls, Actions(api, mode=config.mode, instance=instance), metrics)
+    watchdog = Watchdog(stalls, Actions(api, mode=config.mode, instance=instance, webhooks=config.webhook_names),
+                        metrics)
     stops = []
     if config.metrics_port:
         try:

@@ -79,8 +79,12 @@ class Watchdog:
 
     def upsert_event(self, event: Mapping) -> None:
         with self._changed:
-            self._stalls.see_event(event, self._clock())
+            ignored = self._stalls.see_event(event, self._clock())
             self._changed.notify()
+        if ignored is not None:
+            self._metrics.acted(Action.IGNORED, as_text(event.get("reason")), 0.0)
+            log.warning(json.dumps({"action": Action.IGNORED, "reason": as_text(event.get("reason")),
+                                    "detail": f"untrusted: {ignored}"}))
 
     def delete_event(self, event: Mapping) -> None:
         with self._changed:

@@ -28,9 +28,18 @@ from image_preflight.core.admission.review import (
 from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.admission.mutation import steer
 from image_preflight.webhook.metrics import Metrics
+from image_preflight.webhook.protocol import CLIENT_VERIFIED
 
 MAX_BODY = 8 * 1024 * 1024
 DEFAULT_TIMEOUT = 10.0  # the apiserver's default timeoutSeconds
+# The largest timeoutSeconds a webhook configuration may hold (pkg/apis/admissionregistration/
+# validation/validation.go, validateWebhook: "must be between 1 and 30 seconds"): a caller asking
+# for longer is not the apiserver.
+MAX_TIMEOUT = 30.0
+# Bodies read across several receives at once (the apiserver's arrive whole or within
+# milliseconds): beyond this the request is answered 503 at once, so slow senders hold at most
+# MAX_SLOW_BODIES * MAX_BODY of memory, well inside the Pod's limit.
+MAX_SLOW_BODIES = 16
 decision_log = logging.getLogger("image_preflight.decision")
 log = logging.getLogger(__name__)
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m)$")
@@ -45,6 +54,8 @@ class WebhookState:
     metrics: Metrics
     # Writes a decision line directly (webhook.logs.decision_writer); None: through logging.
     write_decision: Callable[[str], None] | None = None
+    # Admission paths answer only callers whose certificate the TLS layer verified (--client-ca).
+    client_ca: bool = False
 
 
 class _TooLarge(Exception):
@@ -52,12 +63,13 @@ class _TooLarge(Exception):
 
 
 def parse_timeout(value: str | None) -> float:
-    """The apiserver's `?timeout=10s` (a Go duration); unreadable means the default."""
+    """The apiserver's `?timeout=10s` (a Go duration), at most MAX_TIMEOUT; unreadable means the
+    default."""
     match = _DURATION.match(value or "")
     if not match:
         return DEFAULT_TIMEOUT
     number, unit = float(match.group(1)), match.group(2)
-    return number / 1000 if unit == "ms" else number * 60 if unit == "m" else number
+    return min(MAX_TIMEOUT, number / 1000 if unit == "ms" else number * 60 if unit == "m" else number)
 
 
 class AdmissionEndpoint:
@@ -68,9 +80,13 @@ class AdmissionEndpoint:
     def __init__(self, state: WebhookState, answer: Callable[..., Answer] = admit) -> None:
         self.state = state
         self.answer = answer
+        self.slow_bodies = 0  # bodies being read across receives now (one event loop: no lock)
 
     async def __call__(self, scope, receive, send) -> None:
         started = time.perf_counter()
+        if self.state.client_ca and not scope.get(CLIENT_VERIFIED):
+            return await _reply(send, 401, _error("a client certificate from the configured CA is required"),
+                                close=True)
         content_type, declared = b"", b""
         for name, value in scope["headers"]:
             if name == b"content-type":
@@ -87,6 +103,9 @@ class AdmissionEndpoint:
             body = await self._body(scope, receive)
         except _TooLarge:
             return await _reply(send, 413, _error(f"body larger than {MAX_BODY} bytes"), close=True)
+        except _Busy:
+            return await _reply(send, 503, _error(f"{MAX_SLOW_BODIES} bodies already arriving; try again"),
+                                close=True)
         except TimeoutError:
             # The rest of the body will not come in time: this connection is done.
             return await _reply(send, 408, _error("body not received before the request's timeout"), close=True)
@@ -116,13 +135,23 @@ class AdmissionEndpoint:
             return first
         if len(first) > MAX_BODY:
             raise _TooLarge
+        if self.slow_bodies >= MAX_SLOW_BODIES:
+            raise _Busy
         timeout = _TIMEOUT_PARAM.search(scope.get("query_string", b"").decode("latin-1"))
-        # Answer well inside the apiserver's deadline; past it nobody is listening.
-        async with asyncio.timeout(parse_timeout(timeout.group(1) if timeout else None) * 0.9):
-            return first + await _read_body(receive, len(first))
+        self.slow_bodies += 1
+        try:
+            # Answer well inside the apiserver's deadline; past it nobody is listening.
+            async with asyncio.timeout(parse_timeout(timeout.group(1) if timeout else None) * 0.9):
+                return first + await _read_body(receive, len(first))
+        finally:
+            self.slow_bodies -= 1
 
 
 class _Disconnected(Exception):
+    pass
+
+
+class _Busy(Exception):
     pass
 
 

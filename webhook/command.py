@@ -4,6 +4,7 @@ The runner: webhook/config.py holds the flags and the config they map onto."""
 
 from __future__ import annotations
 
+import ssl
 import time
 from collections.abc import Callable
 
@@ -18,6 +19,10 @@ from image_preflight.webhook.live_inventory import FileInventory, LiveInventory
 from image_preflight.webhook.metrics import Metrics
 from image_preflight.webhook.protocol import DeadlineProtocol
 from image_preflight.webhook.tls import ReloadingContext
+
+
+# Far above what the apiserver's replicas keep open (Go's transport: a few per host).
+MAX_CONNECTIONS = 1024
 
 
 class WebhookServer(uvicorn.Server):
@@ -50,11 +55,17 @@ def stop_background(server: WebhookServer) -> None:
 def build_server(config: ServeConfig) -> WebhookServer:
     """The configured server, not yet running (`.run()` blocks; set `.should_exit` to stop, then
     call stop_background)."""
-    for path in (config.tls_cert, config.tls_key):
+    for path in (config.tls_cert, config.tls_key, *((config.client_ca,) if config.client_ca else ())):
         if not path.is_file():
             raise UsageError(f"{path}: no such file")
+    if config.client_ca is not None:
+        try:
+            ssl.create_default_context(cafile=config.client_ca)
+        except (OSError, ssl.SSLError) as exc:
+            raise UsageError(f"--client-ca {config.client_ca}: cannot load CA certificates ({exc})") from None
     try:
-        tls = ReloadingContext(config.tls_cert, config.tls_key, interval=config.tls_reload_interval)
+        tls = ReloadingContext(config.tls_cert, config.tls_key, interval=config.tls_reload_interval,
+                               min_version=config.tls_min_version, client_ca=config.client_ca)
     except Exception as exc:
         raise UsageError(f"{config.tls_cert}, {config.tls_key}: cannot load the certificate and key ({exc})") from None
     metrics = Metrics()
@@ -67,6 +78,7 @@ def build_server(config: ServeConfig) -> WebhookServer:
         settings=config.settings,
         metrics=metrics,
         write_decision=logs.decision_writer(),
+        client_ca=config.client_ca is not None,
     )
     tls.start()
     stops.append(tls.stop)

@@ -19,6 +19,7 @@ from image_preflight.core.decide.decision import REQUIRE_ALL, REQUIRE_ANY, Verdi
 from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES
 from image_preflight.errors import UsageError
 from image_preflight.kube.client import ClusterFlags, add_cluster_arguments
+from image_preflight.webhook.tls import DEFAULT_TLS_VERSION, TLS_VERSIONS
 
 
 
@@ -30,6 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--tls-cert", type=Path, required=True, metavar="FILE")
     parser.add_argument("--tls-key", type=Path, required=True, metavar="FILE")
+    parser.add_argument("--tls-min-version", choices=tuple(TLS_VERSIONS), default=DEFAULT_TLS_VERSION,
+                        help="the oldest TLS version accepted (default %(default)s)")
+    parser.add_argument("--client-ca", type=Path, metavar="FILE",
+                        help="answer /validate and /mutate only for callers presenting a certificate from this CA "
+                        "(the apiserver's, from its AdmissionConfiguration kubeConfigFile); default: any caller")
     parser.add_argument("--host", default="0.0.0.0")
     parser.add_argument("--port", type=int, default=8443)
     add_metrics_port_argument(parser)
@@ -61,6 +67,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 class ServeConfig:
     tls_cert: Path
     tls_key: Path
+    tls_min_version: str = DEFAULT_TLS_VERSION
+    client_ca: Path | None = None  # none: any caller may ask
     host: str = "0.0.0.0"
     port: int = 8443
     metrics_port: int = DEFAULT_METRICS_PORT  # 0: no /metrics
@@ -87,7 +95,8 @@ class ServeConfig:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServeConfig:
         return cls(
-            tls_cert=args.tls_cert, tls_key=args.tls_key, host=args.host, port=args.port,
+            tls_cert=args.tls_cert, tls_key=args.tls_key, tls_min_version=args.tls_min_version,
+            client_ca=args.client_ca, host=args.host, port=args.port,
             metrics_port=args.metrics_port, inventory=args.inventory, cluster=ClusterFlags.from_args(args),
             mode=args.mode, unknown=args.unknown, require=args.require, steer=args.steer,
             steer_max_nodes=args.steer_max_nodes, max_images=args.max_images, node_selector=args.node_selector,

@@ -25,6 +25,9 @@ import asyncio
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+# The scope key saying the connection's client presented a certificate the TLS layer verified
+# (with --client-ca; the handshake refuses one that does not verify).
+CLIENT_VERIFIED = "image_preflight.client_verified"
 HEADER_DEADLINE_S = 10.0  # the apiserver's default timeoutSeconds; its requests need milliseconds
 SWEEP_S = 1.0
 # Well inside the Pod's termination grace (30 s, after the 10 s preStop sleep).
@@ -39,10 +42,13 @@ class DeadlineProtocol(HttpToolsProtocol):
     header_deadline = HEADER_DEADLINE_S
     _waiting_since: float | None = None  # loop time the current request (or the connection) began
     _draining = False
+    _client_verified = False
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._waiting_since = self.loop.time()
+        # Called once the handshake is done: a verified client certificate is known by now.
+        self._client_verified = bool(transport.get_extra_info("peercert"))
         swept = (self.loop, self.server_state)
         if swept not in _swept:
             _swept.add(swept)
@@ -55,6 +61,7 @@ class DeadlineProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._waiting_since = None
+        self.scope[CLIENT_VERIFIED] = self._client_verified
         super().on_headers_complete()
         if self._draining and self.cycle is not None:
             self.cycle.keep_alive = False  # the answer says Connection: close

@@ -17,21 +17,37 @@ from image_preflight.files.poll import Poller, file_stamp
 log = logging.getLogger(__name__)
 
 
-def server_context(cert: Path, key: Path) -> ssl.SSLContext:
+TLS_VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
+DEFAULT_TLS_VERSION = "1.3"  # the apiserver's Go client speaks 1.3; 1.2 for callers that cannot
+# With 1.2 allowed: forward-secret AEAD suites only (Go's defaults for TLS 1.2 servers, less RSA kx).
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
+
+
+def server_context(cert: Path, key: Path, *, min_version: str = DEFAULT_TLS_VERSION,
+                   client_ca: Path | None = None) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.minimum_version = TLS_VERSIONS[min_version]
+    context.set_ciphers(TLS12_CIPHERS)
     context.set_alpn_protocols(["http/1.1"])
     context.load_cert_chain(cert, key)
+    if client_ca is not None:
+        # Optional at the handshake, since the kubelet's probes present none; the admission paths
+        # then require one (webhook/app.py).
+        context.verify_mode = ssl.CERT_OPTIONAL
+        context.load_verify_locations(cafile=client_ca)
     return context
 
 
 class ReloadingContext:
-    def __init__(self, cert: Path, key: Path, *, interval: float = 10.0) -> None:
+    def __init__(self, cert: Path, key: Path, *, interval: float = 10.0, min_version: str = DEFAULT_TLS_VERSION,
+                 client_ca: Path | None = None) -> None:
         self.cert, self.key, self.interval = cert, key, interval
+        self.min_version, self.client_ca = min_version, client_ca
         self._stamp = file_stamp(cert, key)
-        self.current = server_context(cert, key)
-        # The context the server listens with; it only routes handshakes to `current`.
-        self.listening = server_context(cert, key)
+        self.current = self._context()
+        # The context the server listens with; it only routes handshakes to `current` (OpenSSL
+        # keeps the listening context's verify mode, so both are built alike).
+        self.listening = self._context()
         self.listening.sni_callback = self._choose
         self._poller = Poller(self.reload_if_changed, interval=interval, name="tls-reload")
 
@@ -43,7 +59,7 @@ class ReloadingContext:
         if stamp == self._stamp:
             return False
         try:
-            context = server_context(self.cert, self.key)
+            context = self._context()
         except (OSError, ssl.SSLError) as exc:
             # Mid-rotation the pair may not match yet; the next poll tries again.
             log.warning("keeping the current certificate: %s", exc)
@@ -51,6 +67,9 @@ class ReloadingContext:
         self.current, self._stamp = context, stamp
         log.info("loaded a new serving certificate from %s", self.cert)
         return True
+
+    def _context(self) -> ssl.SSLContext:
+        return server_context(self.cert, self.key, min_version=self.min_version, client_ca=self.client_ca)
 
     def start(self) -> threading.Thread:
         return self._poller.start()

@@ -97,7 +97,10 @@ def test_print_without_a_runtime_is_a_one_line_error(tmp_path, capsys):
     [
         (["--publish"], "--node: not given and NODE_NAME is not set"),
         (["--publish", "--node", NODE, "--interval", "100"], "below a third of --lease (100 s)"),
-        (["--publish", "--node", NODE, "--lease", "0"], "--lease: must be at least 1 second"),
+        (["--publish", "--node", NODE, "--lease", "0"], "--lease: must be 1 to 3600 seconds, got 0"),
+        (["--publish", "--node", NODE, "--lease", "3601"], "--lease: must be 1 to 3600 seconds, got 3601"),
+        (["--publish", "--node", NODE, "--pin-needed-images", "a/b", "--pin-max-bytes", "2 Gi"],
+         "--pin-max-bytes: '2 Gi' is not a quantity of bytes"),
         (["--publish", "--node", NODE, "--cri-endpoint", "tcp://x:1"], "unsupported CRI endpoint"),
     ],
 )
@@ -286,9 +289,9 @@ def test_the_daemonset_runs_the_agent_on_the_mounted_socket_and_nothing_else_fro
 
 
 def test_the_agent_may_touch_nodeimages_and_nothing_else():
+    # What agent/publisher.py calls, and no more: no list or watch of other nodes' lists, no patch.
     (rule,) = manifest("ClusterRole")["rules"]
-    assert rule == {"apiGroups": [GROUP], "resources": [PLURAL],
-                    "verbs": ["get", "list", "watch", "create", "update", "patch"]}
+    assert rule == {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "create", "update"]}
     binding = manifest("ClusterRoleBinding")
     account = manifest("ServiceAccount")["metadata"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}]

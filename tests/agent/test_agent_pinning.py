@@ -124,6 +124,44 @@ def test_the_report_counts_the_needed_images_held_and_pinned():
     assert refused == {"list": SOURCE, "supported": False, "message": "containerd 1.6.20 ..."}
 
 
+def sized(image_id: str, tag: str, size: int, pinned: bool = False) -> dict:
+    return {**image(image_id, tag, pinned=pinned), "size": size}
+
+
+GAMMA = "docker.io/library/gamma:v1"
+C_ID = "sha256:" + "c" * 64
+
+
+def test_a_byte_budget_pins_the_first_needed_images_that_fit_and_refuses_the_rest():
+    """Whoever writes the list could otherwise pin the whole disk past the image GC's reach."""
+    images = [sized(A_ID, ALPHA, 40), sized(B_ID, BETA, 50), sized(C_ID, GAMMA, 30)]
+    plan = pin_plan(needed("alpha:v1", "beta:v1", "gamma:v1"), images, {}, max_bytes=75)
+    assert (plan.pin, plan.refused) == ((ALPHA, GAMMA), (BETA,))  # by name: alpha 40, then beta no, gamma 30
+    assert pin_plan(needed("alpha:v1", "beta:v1", "gamma:v1"), images, {}).refused == ()  # no budget
+    # What another pinned spends none of it.
+    theirs = [sized(A_ID, ALPHA, 40, pinned=True), sized(B_ID, BETA, 50), sized(C_ID, GAMMA, 30)]
+    assert pin_plan(needed("alpha:v1", "beta:v1", "gamma:v1"), theirs, {}, max_bytes=75).pin == (BETA,)
+
+
+def test_our_pins_keep_their_place_and_a_smaller_budget_unpins_what_no_longer_fits():
+    ours = {PINNED_LABEL: PINNED_VALUE, MARK_LABEL: MARK_VALUE}
+    images = [sized(A_ID, ALPHA, 40), sized(B_ID, BETA, 50, pinned=True), sized(C_ID, GAMMA, 30)]
+    plan = pin_plan(needed("alpha:v1", "beta:v1", "gamma:v1"), images, {BETA: ours}, max_bytes=85)
+    assert (plan.pin, plan.unpin, plan.refused) == ((GAMMA,), (), (ALPHA,))  # beta first: it is ours
+    smaller = pin_plan(needed("alpha:v1", "beta:v1", "gamma:v1"), images, {BETA: ours}, max_bytes=45)
+    assert (smaller.pin, smaller.unpin, smaller.refused) == ((ALPHA,), (BETA,), (BETA, GAMMA))
+
+
+def test_the_report_says_what_the_budget_refused():
+    images = [sized(A_ID, ALPHA, 40), sized(B_ID, BETA, 50)]
+    report = pinning_report(source=SOURCE, refusal=None, needed=needed("alpha:v1", "beta:v1"), images=images,
+                            refused=(BETA,), max_bytes=75)
+    assert report["refused"] == 1
+    assert report["message"] == f"1 needed image(s) not pinned ({BETA}): pinning them would pass --pin-max-bytes 75"
+    long = pinning_report(source=SOURCE, refusal=None, needed=needed(), images=[], problem="x" * 10_000)
+    assert len(long["message"]) == 4096 and long["message"].endswith("…")
+
+
 # -- containerd's images API ------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
 
 from image_preflight.agent.cri import ImageClient
 from image_preflight.agent.inventory import CHANGED, CREATE, RENEW
@@ -242,3 +243,19 @@ def test_an_object_from_a_previous_run_is_taken_over_without_a_write(cluster):
     assert cluster.writes() == ["create"]
     # A different lease is written at once: readers must use the one the agent keeps.
     assert Publisher(cluster.api, cluster.node, lease_seconds=60).publish(SAMPLE, now=T0 + 6) == RENEW
+
+
+def test_the_agents_token_may_not_list_watch_patch_or_delete_node_lists(cluster, publisher):
+    """Issue: the agent's role granted list, watch and patch, which it never calls; a stolen token
+    could read every node's list or rewrite another's by patch."""
+    publisher.publish(SAMPLE, now=T0)
+    custom = k8s.CustomObjectsApi(cluster.api)
+    for call in (lambda: custom.list_cluster_custom_object(GROUP, VERSION, PLURAL),
+                 lambda: custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, watch=True, timeout_seconds=1),
+                 lambda: custom.patch_cluster_custom_object(GROUP, VERSION, PLURAL, cluster.node,
+                                                            {"spec": {"images": []}}),
+                 lambda: custom.delete_cluster_custom_object(GROUP, VERSION, PLURAL, cluster.node)):
+        with pytest.raises(ApiException) as refused:
+            call()
+        assert refused.value.status == 403
+    assert cluster.stored()["spec"]["images"]  # nothing was changed

@@ -86,8 +86,8 @@ def agents(cluster) -> Iterator[Callable[[Containerd], Agent]]:
     """Starts pinning Agents with their ConfigMap watch in threads; stops them at the end."""
     running: list[tuple[Agent, threading.Event, threading.Thread, object]] = []
 
-    def start(runtime: Containerd) -> Agent:
-        pinner = Pinner(ImageRecords(runtime.endpoint), SOURCE)
+    def start(runtime: Containerd, max_bytes: int | None = None) -> Agent:
+        pinner = Pinner(ImageRecords(runtime.endpoint), SOURCE, max_bytes=max_bytes)
         agent = Agent(ImageClient(runtime.endpoint, timeout=2.0), Publisher(cluster.api, cluster.node, lease_seconds=60),
                       interval=0.2, exit_after_failures=0, pinner=pinner)
         watcher = needed_images_watcher(cluster.api, SOURCE, lambda cm: (pinner.set_list(cm), agent.wake()))
@@ -143,6 +143,24 @@ def test_the_agent_pins_what_the_list_names_follows_its_changes_and_survives_a_r
                "spec.pinning counts none")
     logged = [r.getMessage() for r in caplog.records]
     assert f"unpinned {ALPHA} (no longer in configmap {SOURCE})" in logged
+
+
+def test_a_needed_list_over_the_byte_cap_pins_what_fits_and_reports_the_rest(containerd2, tmp_path, cluster, agents):
+    """Issue: whoever writes the needed list could pin every image and stop image GC until the disk
+    fills. With --pin-max-bytes the rest stays collectable, and spec.pinning says so."""
+    import_images(containerd2, tmp_path, [ALPHA, BETA])
+    client = ImageClient(containerd2.endpoint)
+    sizes = {tag: image.size for image in client.list_images() for tag in image.repo_tags if tag in (ALPHA, BETA)}
+    client.close()
+    cluster.write_list(**{"train.txt": "alpha:v1\nbeta:v1\n"})
+    agents(containerd2, max_bytes=max(sizes.values()))  # room for one of the two
+    wait_until(lambda: len(cluster.pinned()) == 1, "one image is pinned")
+    (kept,) = cluster.pinned()
+    left = ({ALPHA, BETA} - {kept}).pop()
+    wait_until(lambda: (cluster.spec().get("pinning") or {}).get("refused"), "spec.pinning reports the refusal")
+    pinning = cluster.spec()["pinning"]
+    assert (pinning["needed"], pinning["pinned"], pinning["refused"]) == (2, 1, 1)
+    assert f"1 needed image(s) not pinned ({left}): pinning them would pass --pin-max-bytes" in pinning["message"]
 
 
 def test_a_runtime_that_cannot_pin_is_said_once_and_listing_goes_on(containerd, tmp_path, cluster, agents, case,

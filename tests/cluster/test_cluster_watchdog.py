@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import os
 import threading
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import kr8s
 import pytest
+import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
@@ -31,6 +33,7 @@ from image_preflight.watchdog.actions import Actions
 from tests.controlplane.cluster import create_node, delete_namespaces, set_node_images, wait_for
 from tests.controlplane.webhook import ServedWebhook
 from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, containerd_names, failed_condition, job_manifest
+from tests.chart import render
 from tests.cluster.kube_calls import new_namespace
 from tests.cluster.watchdog_process import BOUND_S, FakeKubelet, GRACE_S, Watchdog
 
@@ -327,6 +330,107 @@ def test_metrics_count_actions_by_reason_and_time_them(cluster):
     count = next(float(line.split()[-1]) for line in text.splitlines()
                  if line.startswith("image_preflight_watchdog_action_delay_seconds_count"))
     assert count >= 3
+
+
+def _forged_failed_create(cluster, namespace: str, job: dict, *, in_namespace: str, controller: str) -> None:
+    """An events.k8s.io/v1 Event, written by someone allowed to create Events in `in_namespace`,
+    saying the Job controller's Pod was denied by our webhook. With eventTime set, the apiserver
+    does not hold `regarding` to the Event's namespace (pkg/apis/core/validation/events.go,
+    legacyValidateEvent checks only Events without it)."""
+    now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    k8s.EventsV1Api(cluster.core.api_client).create_namespaced_event(in_namespace, {
+        "apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"generateName": "forged-", "namespace": in_namespace},
+        "eventTime": now, "reportingController": controller, "reportingInstance": "attacker", "action": "Create",
+        "reason": "FailedCreate", "type": "Warning",
+        "regarding": {"apiVersion": "batch/v1", "kind": "Job", "namespace": namespace,
+                      "name": job["metadata"]["name"], "uid": job["metadata"]["uid"]},
+        "note": f"Error creating: {DENIED_PREFIX} spec.containers[0].image: forged"})
+
+
+def test_forged_failed_create_events_fail_no_job_from_another_namespace_or_unconfirmed(cluster):
+    """Issue: any writer of Events could fail any opted-in namespace's Job that knows its UID."""
+    victims = cluster.namespace()
+    attacker = cluster.namespace(opted_in=False)
+    job = cluster.job(victims, "victim", HELD, completions=1)
+    cluster.bound_pod(victims, "victim")
+    # From the attacker's own namespace, naming the Job elsewhere: ignored and said.
+    _forged_failed_create(cluster, victims, job, in_namespace=attacker, controller="job-controller")
+    # In the Job's namespace, as the Job controller: the dry run of its Pod is admitted (the node
+    # holds the image), so the denial does not stand.
+    _forged_failed_create(cluster, victims, job, in_namespace=victims, controller="job-controller")
+    # In the Job's namespace, from someone else: ignored.
+    _forged_failed_create(cluster, victims, job, in_namespace=victims, controller="mallory")
+    wait_for(lambda: len([x for x in cluster.watchdog.lines() if x.get("action") == "ignored"]) >= 2,
+             "the watchdog says the two untrusted Events are ignored", timeout_s=BOUND_S)
+    wait_for(lambda: [x for x in cluster.watchdog.lines() if x.get("job") == "victim"],
+             "the watchdog handles the same-namespace forgery", timeout_s=BOUND_S)
+    time.sleep(GRACE_S)
+    current = cluster.read_job(victims, "victim")
+    assert failed_condition(current) is None and "activeDeadlineSeconds" not in current["spec"]
+    ignored = [x["detail"] for x in cluster.watchdog.lines() if x.get("action") == "ignored"]
+    assert any(f"names Job {victims}/victim, in another namespace" in d for d in ignored), ignored
+    assert any("says it comes from mallory, not from the job-controller" in d for d in ignored), ignored
+    handled = [x for x in cluster.watchdog.lines() if x.get("job") == "victim"]
+    assert {(x["action"], x["detail"]) for x in handled} == {("skipped", "not confirmed: a dry run of its Pod is admitted now")}
+
+
+def _policy(cluster):
+    """The chart's watchdog write policy, applied for one test: the API-only values leave it out,
+    since the other tests here act as the watchdog in namespaces it does not watch."""
+    objects = [o for o in render({"watchdog": {"writeRestriction": {"enabled": True}}}, hooks=False)
+               if o["metadata"]["name"] == "image-preflight-watchdog-writes"]
+    assert {o["kind"] for o in objects} == {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
+    cluster.plane.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump_all(objects))
+    return objects
+
+
+def test_the_watchdogs_token_changes_jobs_only_as_it_does_and_only_where_the_webhook_checks(cluster, tmp_path):
+    """Issue: a stolen watchdog token could fail any Job in the cluster (RBAC is cluster-wide)."""
+    objects = _policy(cluster)
+    outside, checked = cluster.namespace(opted_in=False), cluster.namespace()
+    for namespace in (outside, checked):
+        cluster.job(namespace, "target", HELD, suspend=True)
+    # A token of the watchdog's ServiceAccount of its own, so that the audit of the running
+    # watchdog's token (the last test) does not count these refusals.
+    token = cluster.plane.service_account_kubeconfig("image-preflight", "image-preflight-watchdog",
+                                                     tmp_path / "stolen.kubeconfig")
+    stolen = k8s.BatchV1Api(api_client(token))
+    stolen_core = k8s.CoreV1Api(api_client(token))
+    fail = {"spec": {"activeDeadlineSeconds": 0}, "metadata": {"annotations": {job_failure.ANNOTATION: "{}"}}}
+
+    def refused(call) -> str:
+        try:
+            call()
+        except ApiException as exc:
+            return f"{exc.status} {json.loads(exc.body)['message']}"
+        return "admitted"
+
+    try:
+        # A ValidatingAdmissionPolicy takes a moment to reach the admission chain.
+        wait_for(lambda: refused(lambda: stolen.patch_namespaced_job("target", outside, fail, dry_run="All"))
+                 != "admitted", "the policy refuses the watchdog outside the checked namespaces")
+        assert "writes only in the namespaces the webhook checks, not in " + outside in refused(
+            lambda: stolen.patch_namespaced_job("target", outside, fail, dry_run="All"))
+        for change in ({"spec": {"parallelism": 0}}, {"spec": {"activeDeadlineSeconds": 1}},
+                       {"spec": {"suspend": False}}, {"metadata": {"labels": {"x": "y"}}},
+                       {"metadata": {"annotations": {"other": "x"}}}):
+            assert "changes a Job's activeDeadlineSeconds (to 0) and its own annotation" in refused(
+                lambda: stolen.patch_namespaced_job("target", checked, change, dry_run="All")), change
+        assert refused(lambda: stolen.patch_namespaced_job("target", checked, fail, dry_run="All")) == "admitted"
+        probe = job_failure.probe_pod(cluster.read_job(checked, "target"))
+        assert "creates Pods only as dry runs" in refused(lambda: stolen_core.create_namespaced_pod(checked, probe))
+        assert refused(lambda: stolen_core.create_namespaced_pod(checked, probe, dry_run="All")) == "admitted"
+        forged = {"metadata": {"generateName": "x-", "namespace": checked}, "reason": "FailedCreate",
+                  "involvedObject": {"kind": "Job", "namespace": checked, "name": "target"}, "message": "x",
+                  "source": {"component": "job-controller"}, "reportingComponent": "job-controller"}
+        assert "records only its own ImageUnavailable Events" in refused(
+            lambda: stolen_core.create_namespaced_event(checked, forged, dry_run="All"))
+    finally:
+        for obj in objects:
+            cluster.plane.kubectl("delete", obj["kind"].lower(), obj["metadata"]["name"], "--ignore-not-found")
+        wait_for(lambda: refused(lambda: stolen.patch_namespaced_job("target", outside, fail, dry_run="All"))
+                 == "admitted", "the policy is gone")
 
 
 def _granted(plane) -> set[tuple[str, str, str]]:

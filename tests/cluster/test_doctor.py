@@ -25,7 +25,7 @@ from tests.controlplane.webhook import ServedWebhook
 from tests.chart import API_ONLY, NAMESPACE, SERVICE, apply, merged, render, secret_values
 from image_preflight.cli import main
 from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time
-from image_preflight.doctor.gc import GRANT_PROXY
+from image_preflight.doctor.gc import grant_proxy
 
 ROLLOUTS = "rollouts"
 ENFORCE = {"image-preflight.io/enforce": "true"}
@@ -147,7 +147,8 @@ def test_without_nodes_proxy_each_node_is_one_skipped_line_not_a_failure(plane, 
     lines = captured.out.splitlines()
     assert [line for line in lines if line.startswith("skipped: node cpu-1: its kubelet")] == [
         "skipped: node cpu-1: its kubelet's image GC settings and disk use (configz: HTTP 403; reading it needs get "
-        "on nodes/proxy); fix: " + GRANT_PROXY]
+        "on nodes/proxy); fix: " + grant_proxy("cpu-1")]
+    assert "--resource-name=cpu-1 " in grant_proxy("cpu-1")  # that node alone, never every kubelet
     assert ("skipped: the needed list (configmap image-preflight-agent/needed-images: HTTP 403; reading it needs get "
             "on configmaps in namespace image-preflight-agent)") in lines
 

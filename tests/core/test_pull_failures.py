@@ -385,3 +385,41 @@ def test_the_job_event_and_annotation_name_the_node_and_the_sandbox_image():
         "FailedCreatePodSandBox", "registry.k8s.io/pause:3.10.1", "cpu-a", "", "agl-rollout-1-abcde")
     assert job_failure.job_patch(job(), job_failure.AUDIT, content) == {"metadata": {
         "resourceVersion": "42", "annotations": {job_failure.ANNOTATION: json.dumps(content, sort_keys=True)}}}
+
+
+# --- Events taken at their word only where they may be -----------------------------------------
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    # An events.k8s.io/v1 Event may name an object of another namespace (legacyValidateEvent checks
+    # the two only without eventTime): written where its writer may write, aimed elsewhere.
+    ({"metadata": {"name": "forged", "namespace": "elsewhere", "uid": "forged-uid"}},
+     "Event elsewhere/forged names Job rollouts/agl-rollout-1, in another namespace"),
+    ({"source": {"component": "someone"}, "reportingComponent": "someone"},
+     "Event rollouts/agl-rollout-1.1 says it comes from someone, not from the job-controller"),
+    ({"source": {}, "reportingComponent": ""},
+     "Event rollouts/agl-rollout-1.1 says it comes from nobody, not from the job-controller"),
+])
+def test_a_denial_event_that_cannot_be_trusted_is_said_once_and_never_due(change, why):
+    memory = Stalls(grace=15.0, webhooks=WEBHOOKS)
+    forged = {**failed_create(), **change}
+    assert memory.see_event(forged, now=0.0) == why
+    assert memory.see_event(forged, now=1.0) is None  # a relist brings it again: said once
+    assert memory.take_due(100.0, {NS, "elsewhere"}) == []
+    memory.forget_event(forged)
+    assert memory.see_event(forged, now=2.0) == why  # gone and back: said again
+
+
+def test_a_sandbox_event_is_trusted_from_the_kubelet_in_the_pods_namespace_only():
+    memory = Stalls(grace=15.0)
+    assert memory.see_event({**sandbox_event(), "metadata": {"name": "e", "namespace": "other", "uid": "u"}},
+                            now=0.0).endswith("in another namespace")
+    assert memory.see_event({**sandbox_event(), "source": {"component": "job-controller"},
+                             "reportingComponent": "job-controller"}, now=0.0).endswith("not from the kubelet")
+    assert memory.see_event(sandbox_event(), now=0.0) is None
+
+
+def test_events_the_watchdog_does_not_act_on_are_not_judged():
+    memory = Stalls(grace=15.0, webhooks=WEBHOOKS)
+    other = {**failed_create(webhook="someone-elses.example"), "metadata": {"name": "x", "namespace": "elsewhere"}}
+    assert memory.see_event(other, now=0.0) is None

@@ -508,14 +508,16 @@ def test_the_webhooks_values_become_its_flags(values, flags):
 def test_dockerfile_matches_the_deployment():
     dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
     context = _pod_spec(_docs("default"))["containers"][0]["securityContext"]
-    # The base users pull by default; a build without a registry names a local one.
-    assert re.search(r"^ARG BASE=python:3\.11-slim$", dockerfile, re.M) and re.search(r"^FROM \$\{BASE\}$", dockerfile, re.M)
+    # The base users pull by default, by digest (tests/deploy/test_image_build.py); a build without
+    # a registry names a local one.
+    assert re.search(r"^ARG BASE=python:3\.11-slim-bookworm@sha256:", dockerfile, re.M)
+    assert re.search(r"^FROM \$\{BASE\}$", dockerfile, re.M)
     assert re.search(rf"^USER {context['runAsUser']}:{context['runAsGroup']}$", dockerfile, re.M)
     assert re.search(r'^ENTRYPOINT \["image-preflight", "serve"\]$', dockerfile, re.M)
     admitted = {line[1:].strip("/") for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines() if line.startswith("!")}
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
     folders = {setuptools.get("package-dir", {}).get(p, p.replace(".", "/")).split("/")[0] for p in setuptools["packages"]}
-    assert folders | {"pyproject.toml", "README.md"} <= admitted
+    assert folders | {"pyproject.toml", "README.md", "deploy/image/requirements.txt"} <= admitted
 
 
 # --- certificates ----------------------------------------------------------------------------
@@ -838,7 +840,7 @@ def test_the_node_restriction_policy_binds_the_agents_writes_to_their_nodes():
     binding = _one(documents, "ValidatingAdmissionPolicyBinding", "image-preflight-agent-own-node")
     assert binding["spec"] == {"policyName": "image-preflight-agent-own-node", "validationActions": ["Deny"]}
     off = _docs_with({"agent": {"nodeRestriction": {"enabled": False}}})
-    assert not [d for d in off if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert not [d for d in off if d["kind"].startswith("ValidatingAdmissionPolicy") and "own-node" in d["metadata"]["name"]]
 
 
 def test_helm_test_runs_doctor_against_an_opted_in_namespace_of_its_own():

@@ -4,6 +4,8 @@ deploy/'s manifests name, run as they run it, and loaded as docs/deploy.md loads
 from __future__ import annotations
 
 import errno
+import json
+import re
 import shutil
 import tomllib
 from pathlib import Path
@@ -65,11 +67,64 @@ def test_entrypoint_command_and_ports(preflight_image):
 
 
 def test_build_arguments_stay_out_of_the_image(preflight_image):
-    """Dockerfile `ARG PIP_NO_INDEX` / `ARG PIP_FIND_LINKS`: build-time only, so a Pod's pip (if any)
-    is not told to look in a /wheels that is not there."""
+    """Dockerfile `ARG PIP_NO_INDEX` / `ARG PIP_FIND_LINKS`: build-time only, in the build stage."""
     env = dict(item.split("=", 1) for item in preflight_image.config.get("Env", []))
-    assert not {"PIP_NO_INDEX", "PIP_FIND_LINKS"} & set(env)
-    assert env.get("PIP_NO_CACHE_DIR") == "1"
+    assert not [name for name in env if name.startswith("PIP_")]
+    assert env["PATH"].startswith("/opt/image-preflight/bin:")
+
+
+def test_the_image_has_no_pip_and_exactly_the_locked_packages(preflight_image):
+    """Dockerfile: a multi-stage build; the final stage holds the virtualenv, whose every package is
+    the version deploy/image/requirements.txt pins (installed --require-hashes), and no pip."""
+    out = _in_image(preflight_image, "python3", "-c", (
+        "import importlib.metadata as m, importlib.util, json, shutil\n"
+        "print(json.dumps([importlib.util.find_spec('pip') is not None, shutil.which('pip') or shutil.which('pip3'),\n"
+        "  sorted((d.metadata['Name'].lower().replace('_', '-'), d.version) for d in m.distributions(\n"
+        "    path=[p for p in __import__('sys').path if p.startswith('/opt/image-preflight')]))]))\n"))
+    has_pip, pip_command, installed = json.loads(out)
+    assert (has_pip, pip_command) == (False, None)
+    locked = _locked()
+    expected = {name: version for name, version in locked.items() if name not in ("setuptools", "wheel", "pip")}
+    assert dict(installed) == {**expected, "image-preflight": dict(installed)["image-preflight"]}
+
+
+def _locked() -> dict[str, str]:
+    return {line.split("==")[0].lower(): line.split("==")[1].split()[0]
+            for line in (REPO / "deploy/image/requirements.txt").read_text().splitlines()
+            if "==" in line and not line.startswith((" ", "#"))}
+
+
+def test_the_base_image_is_pinned_by_digest():
+    """A tag alone may point at other bytes tomorrow; a digest cannot."""
+    dockerfile = (REPO / "Dockerfile").read_text()
+    base = next(line for line in dockerfile.splitlines() if line.startswith("ARG BASE="))
+    assert re.fullmatch(r"ARG BASE=python:3\.11-slim-bookworm@sha256:[0-9a-f]{64}", base)
+    assert dockerfile.count("FROM ${BASE}") == 2
+
+
+def test_the_lock_pins_every_dependency_within_pyprojects_ranges():
+    """deploy/image/requirements.txt, made by pip-compile from pyproject.toml: each requirement of the
+    `all` extra (and the build backend) is pinned, at a version its range admits, with hashes."""
+    from packaging.requirements import Requirement
+
+    locked = _locked()
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    extras = project["project"]["optional-dependencies"]
+    wanted, todo = [], ["all"]
+    while todo:
+        for text in extras[todo.pop()]:
+            requirement = Requirement(text)
+            if requirement.name == "image-preflight":
+                todo.extend(requirement.extras)
+            else:
+                wanted.append(requirement)
+    wanted += [Requirement(text) for text in project["project"]["dependencies"] + project["build-system"]["requires"]]
+    for requirement in wanted:
+        name = requirement.name.lower().replace("_", "-")
+        assert name in locked, f"{requirement} is not in the lock"
+        assert requirement.specifier.contains(locked[name]), f"{name}=={locked[name]} is outside {requirement}"
+    blocks = (REPO / "deploy/image/requirements.txt").read_text().split("==")[1:]
+    assert all("--hash=sha256:" in block for block in blocks)
 
 
 def test_archive_is_named_for_ctr(preflight_image):

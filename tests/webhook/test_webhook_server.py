@@ -285,7 +285,7 @@ def test_a_failing_inventory_is_never_a_500_and_leaves_the_webhook_unready():
 
 
 @pytest.mark.parametrize(
-    ("value", "seconds"), [("10s", 10.0), ("1.5s", 1.5), ("500ms", 0.5), ("1m", 60.0), ("", 10.0), ("soon", 10.0)]
+    ("value", "seconds"), [("10s", 10.0), ("1.5s", 1.5), ("500ms", 0.5), ("0.5m", 30.0), ("", 10.0), ("soon", 10.0)]
 )
 def test_the_request_timeout_is_read_as_a_go_duration(value, seconds):
     assert parse_timeout(value) == seconds

@@ -11,6 +11,9 @@ from image_preflight.core.decide.runtime_classes import RuntimeClassScheduling
 from image_preflight.core.decide.scheduling import NodeTraits
 
 DEFAULT_MAX_IMAGES = 50  # KubeletConfiguration.nodeStatusMaxImages
+# How far ahead of a reader's clock a node's list may say it was observed and still count: node
+# clocks are kept in sync to well within a lease (docs/agent.md).
+CLOCK_SKEW_S = 60.0
 NAMES_PER_IMAGE = 5  # the kubelet lists at most this many names per image in node status
 _ID_PREFIXES = ("sha256:", "sha384:", "sha512:")
 
@@ -79,8 +82,23 @@ class NodeImages:
         return key in self.refs or key in self.ids
 
     def current(self, now: float | None) -> bool:
-        """Whether the list's lease still runs at `now` (None: no clock, as for a snapshot)."""
-        return self.expires_at is None or now is None or now < self.expires_at
+        """Whether the list proves anything at `now` (None: no clock, as for a snapshot): its lease
+        still runs, and it was not observed ahead of `now` by more than CLOCK_SKEW_S, since a node
+        whose clock runs ahead (or that lies) would otherwise keep its list current long after it
+        stopped. A list without a lease (node status, a snapshot) is as current as its source."""
+        if now is None or self.expires_at is None:
+            return True
+        if now >= self.expires_at:
+            return False
+        return self.observed_at is None or self.observed_at - CLOCK_SKEW_S <= now
+
+    def changes(self) -> tuple[float, ...]:
+        """When a leased list starts and stops proving anything, as current() tells."""
+        if self.expires_at is None:
+            return ()
+        if self.observed_at is None:
+            return (self.expires_at,)
+        return (self.observed_at - CLOCK_SKEW_S, self.expires_at)
 
     def lacks_sandbox(self, now: float | None) -> str | None:
         """The sandbox image this node's runtime lacks while its list is current; a stale report
@@ -107,7 +125,7 @@ class Inventory:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_by_name", {n.node: n for n in self.nodes})
-        object.__setattr__(self, "memory", Memory(n.expires_at for n in self.nodes if n.expires_at is not None))
+        object.__setattr__(self, "memory", Memory(t for n in self.nodes for t in n.changes()))
 
     @property
     def decisions(self) -> dict:

@@ -8,9 +8,10 @@ Memory (a new inventory starts empty) of two kinds:
 - decisions: whole decisions by what decides them. A decision reads only a pod spec's containers
   and image volumes (name, image, pull policy) and its scheduling fields; the key is exactly
   those, so two specs with one key get one decision. What it reads of the nodes (lists, traits, a
-  missing sandbox image) is the inventory's, and an entry lasts until the next node list lease in
-  the inventory expires (or is asked about before the last one it saw expired), since expiry
-  alone can change a verdict (a list's images and its sandbox report alike).
+  missing sandbox image) is the inventory's, and an entry lasts until the next time a node list
+  in the inventory starts or stops proving anything (its lease ends; a list observed ahead of the
+  clock comes due), or is asked about before the last such time it saw, since the clock alone
+  can change a verdict (a list's images and its sandbox report alike).
 
 Each kind is cleared whole when full: cheap, and a working set that fits stays remembered.
 Parsing an image reference has its own process-wide cache (references.CACHE_SIZE): it depends on
@@ -39,12 +40,12 @@ T = TypeVar("T")
 class Memory:
     """One inventory's remembered placements and decisions."""
 
-    __slots__ = ("placements", "decisions", "lease_ends")
+    __slots__ = ("placements", "decisions", "changes")
 
-    def __init__(self, lease_ends: Iterable[float] = ()) -> None:
+    def __init__(self, changes: Iterable[float] = ()) -> None:
         self.placements: dict = {}  # placement -> what find() gave
         self.decisions: dict = {}  # key_of() -> (decision, start, end): holds for now in [start, end)
-        self.lease_ends = tuple(sorted(lease_ends))  # when a node list's lease ends
+        self.changes = tuple(sorted(changes))  # when a node list starts or stops proving anything
 
     def placement(self, placement: PodPlacement, find: Callable[[], T]) -> T:
         """What find() gives for `placement`, found once per placement; a freak placement (more
@@ -76,13 +77,13 @@ class Memory:
         return decision
 
     def window(self, now: float | None) -> tuple[float, float]:
-        """The times around `now` between which no lease ends, so a decision made at `now` holds
-        for any time in [start, end)."""
+        """The times around `now` between which no node list starts or stops proving anything, so a
+        decision made at `now` holds for any time in [start, end)."""
         if now is None:
             return -math.inf, math.inf
-        ends = self.lease_ends
-        index = bisect.bisect_right(ends, now)
-        return (ends[index - 1] if index else -math.inf), (ends[index] if index < len(ends) else math.inf)
+        changes = self.changes
+        index = bisect.bisect_right(changes, now)
+        return (changes[index - 1] if index else -math.inf), (changes[index] if index < len(changes) else math.inf)
 
 
 def _characters(placement: PodPlacement) -> int:

@@ -10,7 +10,9 @@ it did not make (the sandbox image's, an operator's).
 
 The needed list is a ConfigMap (NEEDED_CONFIGMAP): each data key is one file of references,
 one per line, as `image-preflight scan --needed-images` writes them; the union of all keys is
-what is needed.
+what is needed. Whoever writes it could keep the image GC from freeing anything and fill the
+disk, so an agent pins at most a byte budget's worth (`--pin-max-bytes`) and reports the rest as
+refused.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ PINNING_SINCE = {(1, 6): (1, 6, 25), (1, 7): (1, 7, 10)}
 FIRST_PINNING_MAJOR = 2
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
 MAX_ERRORS_SHOWN = 3
+MAX_MESSAGE = 4096  # the NodeImages CRD's spec.pinning.message maxLength
+DEFAULT_MAX_BYTES = 200 * 2**30  # the agent's --pin-max-bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,7 @@ def pinning_refusal(runtime_name: str, runtime_version: str) -> str | None:
 class PinPlan:
     pin: tuple[str, ...]  # image record names to label pinned (and marked)
     unpin: tuple[str, ...]  # marked record names to clear
+    refused: tuple[str, ...] = ()  # needed records left unpinned: they would pass the byte budget
 
 
 def _names(image: Mapping) -> list[str]:
@@ -132,24 +137,33 @@ def held_needed(needed: frozenset[str], images: Sequence[Mapping]) -> dict[str, 
     return held
 
 
-def pin_plan(needed: NeededImages, images: Sequence[Mapping], marked: Mapping[str, Mapping[str, str]]) -> PinPlan:
-    """What to change so the needed images held here are pinned and nothing else carries our pin.
+def pin_plan(needed: NeededImages, images: Sequence[Mapping], marked: Mapping[str, Mapping[str, str]],
+             max_bytes: int | None = None) -> PinPlan:
+    """What to change so the needed images held here are pinned, within `max_bytes` of image
+    sizes (None: no budget), and nothing else carries our pin.
 
     `images` are the runtime's (CRI ListImages, as agent.inventory.image_dicts gives them);
     `marked` the image records carrying MARK_LABEL, with their labels. An image the runtime already
-    reports pinned (by anyone) is left alone. While the list has errors nothing is unpinned: a
-    mangled list must not release what a good one kept.
+    reports pinned by someone else is left alone and spends none of the budget. Our own pins keep
+    their place in the budget first, then the others by name: a new list never churns what is
+    pinned. While the list has errors nothing is unpinned: a mangled list must not release what a
+    good one kept.
     """
-    pin = []
-    for key, (name, image) in sorted(held_needed(needed.keys, images).items()):
-        labels = marked.get(name)
-        if labels is not None:
-            if labels.get(PINNED_LABEL) != PINNED_VALUE:  # our mark, but the pin was taken off
-                pin.append(name)
-        elif not image.get("pinned"):
+    held = sorted(held_needed(needed.keys, images).items())
+    order = ([(name, image) for _, (name, image) in held if name in marked]
+             + [(name, image) for _, (name, image) in held if name not in marked and not image.get("pinned")])
+    pin, refused, spent = [], [], 0
+    for name, image in order:
+        size = image.get("size") if isinstance(image.get("size"), int) else 0
+        if max_bytes is not None and spent + size > max_bytes:
+            refused.append(name)
+            continue
+        spent += size
+        if (marked.get(name) or {}).get(PINNED_LABEL) != PINNED_VALUE:  # not ours yet, or our mark lost its pin
             pin.append(name)
-    unpin = [] if needed.errors else sorted(name for name in marked if _key(name) not in needed.keys)
-    return PinPlan(tuple(pin), tuple(unpin))
+    unpin = [] if needed.errors else sorted(
+        name for name in marked if _key(name) not in needed.keys or name in refused)
+    return PinPlan(tuple(sorted(pin)), tuple(unpin), tuple(sorted(refused)))
 
 
 def needed_unpinned(needed: frozenset[str], images: Sequence[Mapping]) -> list[str]:
@@ -159,16 +173,23 @@ def needed_unpinned(needed: frozenset[str], images: Sequence[Mapping]) -> list[s
 
 
 def pinning_report(*, source: str, refusal: str | None, needed: NeededImages | None, images: Sequence[Mapping],
-                   problem: str | None = None) -> dict:
+                   problem: str | None = None, refused: Sequence[str] = (), max_bytes: int | None = None) -> dict:
     """NodeImages `spec.pinning`: the list it follows (NAMESPACE/NAME), whether this runtime can pin,
-    how many needed images the node holds and how many of them the runtime reports pinned, and the
-    one-line problem if any. `needed` None: the list has not been read yet."""
+    how many needed images the node holds, how many of them the runtime reports pinned and how many
+    the byte budget `max_bytes` left unpinned (`refused`, the plan's), and the one-line problem if
+    any. `needed` None: the list has not been read yet."""
     report: dict = {"list": source, "supported": refusal is None}
     if needed is not None:
         held = held_needed(needed.keys, images)
         report["needed"] = len(held)
         report["pinned"] = sum(1 for _, image in held.values() if image.get("pinned"))
+    if refused:
+        report["refused"] = len(refused)
+        shown = ", ".join(refused[:MAX_ERRORS_SHOWN]) + (f" and {len(refused) - MAX_ERRORS_SHOWN} more"
+                                                         if len(refused) > MAX_ERRORS_SHOWN else "")
+        problem = problem or (f"{len(refused)} needed image(s) not pinned ({shown}): pinning them would pass "
+                              f"--pin-max-bytes {max_bytes}")
     message = refusal or problem or (needed.summary if needed is not None else None)
     if message:
-        report["message"] = message
+        report["message"] = message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 1] + "…"
     return report

@@ -113,8 +113,9 @@ def sandbox_missing(spec: Mapping) -> str | None:
     return None if present else sys.intern(str(name))
 
 
-# leaseDurationSeconds is an int64; a longer one would overflow the float of expires_at.
-_MAX_LEASE = 2**63 - 1
+# The longest lease a list may claim (the CRD's maximum too): a node that stopped keeps its list
+# current at most this long. The agent's default is 300.
+MAX_LEASE_S = 3600
 
 
 def node_images_from_runtime(obj: Mapping) -> NodeImages:
@@ -130,8 +131,10 @@ def node_images_from_runtime(obj: Mapping) -> NodeImages:
     node = string(node, "spec.nodeName" if spec.get("nodeName") else "metadata.name")
     observed_at = parse_time(spec.get("observedAt"), "spec.observedAt")
     lease = spec.get("leaseDurationSeconds")
-    if not isinstance(lease, int) or isinstance(lease, bool) or not 0 < lease <= _MAX_LEASE:
+    if not isinstance(lease, int) or isinstance(lease, bool) or lease <= 0:
         raise ValueError("spec.leaseDurationSeconds: missing or not a positive integer")
+    if lease > MAX_LEASE_S:
+        raise ValueError(f"spec.leaseDurationSeconds: more than {MAX_LEASE_S} s, the longest a list may count")
     images = spec.get("images")
     if not isinstance(images, list):
         raise ValueError("spec.images: missing or not a list")

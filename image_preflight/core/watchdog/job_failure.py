@@ -22,7 +22,7 @@ import json
 from collections.abc import Mapping
 from enum import StrEnum
 
-from image_preflight.core.objects import as_mapping
+from image_preflight.core.objects import as_mapping, as_text
 from image_preflight.core.watchdog.pull_failures import FAILED_SANDBOX, finished
 from image_preflight.core.watchdog.stalls import Stall
 
@@ -44,6 +44,7 @@ class Action(StrEnum):
     AUDITED = "audited"
     EVENT_ONLY = "event-only"
     SKIPPED = "skipped"
+    IGNORED = "ignored"  # an Event that would have been acted on, but cannot be trusted
     ERROR = "error"  # the metrics' word for a write that failed
 
 
@@ -102,6 +103,26 @@ def skip_reason(job: Mapping, owner_uid: str, mode: str) -> str | None:
     if spec.get("suspend") is True:
         return "suspended"  # no deadline runs while suspended (pastActiveDeadline)
     return None
+
+
+def probe_pod(job: Mapping) -> dict:
+    """The Pod the Job controller would create for `job` now (pkg/controller/controller_utils.go,
+    GetPodFromTemplate: the template's labels, annotations and spec, a generated name, the Job as its
+    controller), for a dry run that asks admission again before a denial fails the Job. No
+    blockOwnerDeletion, which some apiservers grant only to writers of the Job's finalizers; no
+    finalizer, as a dry run keeps nothing."""
+    metadata = as_mapping(job.get("metadata"))
+    template = as_mapping(as_mapping(job.get("spec")).get("template"))
+    template_metadata = as_mapping(template.get("metadata"))
+    pod_metadata: dict = {"generateName": f"{as_text(metadata.get('name'))}-",
+                          "namespace": as_text(metadata.get("namespace")),
+                          "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
+                                               "name": as_text(metadata.get("name")),
+                                               "uid": as_text(metadata.get("uid")), "controller": True}]}
+    for field in ("labels", "annotations"):
+        if as_mapping(template_metadata.get(field)):
+            pod_metadata[field] = dict(as_mapping(template_metadata.get(field)))
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_metadata, "spec": dict(as_mapping(template.get("spec")))}
 
 
 def job_patch(job: Mapping, mode: str, content: dict) -> dict:

@@ -129,6 +129,38 @@ _FAILED_CREATE = 'Error creating: admission webhook "'
 _DENIED = '" denied the request: '
 
 
+# Who writes the Events the watchdog acts on (client-go tools/record, generateEvent: the recorder's
+# source.component is also the Event's reportingComponent): the Job controller's FailedCreate
+# (pkg/controller/job/job_controller.go, EventSource{Component: "job-controller"}) and the kubelet's
+# FailedCreatePodSandBox (pkg/kubelet/kubelet.go, "kubelet").
+JOB_CONTROLLER = "job-controller"
+KUBELET = "kubelet"
+
+
+def untrusted(event: Mapping) -> str | None:
+    """Why the watchdog may not take `event` at its word, or None.
+
+    The Event must name an object in its own namespace: Kubernetes checks that only for Events
+    without eventTime (pkg/apis/core/validation/events.go, legacyValidateEvent), so an
+    events.k8s.io/v1 Event written in one namespace may name a Job in another. And it must say it
+    comes from the component that writes such Events. Any writer can set both fields, so neither
+    proves who wrote it: that is why a denial fails a Job only once a dry run of its Pod is denied
+    again (watchdog/actions.py). What they do rule out is a writer in one namespace reaching
+    another's Jobs."""
+    involved = as_mapping(event.get("involvedObject"))
+    namespace = as_text(as_mapping(event.get("metadata")).get("namespace"))
+    named = as_text(involved.get("namespace"))
+    if named != namespace:
+        return (f"Event {namespace}/{as_text(as_mapping(event.get('metadata')).get('name'))} names "
+                f"{as_text(involved.get('kind'))} {named}/{as_text(involved.get('name'))}, in another namespace")
+    reporter = KUBELET if event.get("reason") == FAILED_SANDBOX else JOB_CONTROLLER
+    said = {as_text(as_mapping(event.get("source")).get("component")), as_text(event.get("reportingComponent"))}
+    if reporter not in said:
+        return (f"Event {namespace}/{as_text(as_mapping(event.get('metadata')).get('name'))} says it comes from "
+                f"{' and '.join(sorted(s for s in said if s)) or 'nobody'}, not from the {reporter}")
+    return None
+
+
 def webhook_denial(event: Mapping, webhooks: frozenset[str]) -> str | None:
     """The denial text when `event` is a Job's FailedCreate carrying one of `webhooks`' denials."""
     if event.get("reason") != "FailedCreate" or as_mapping(event.get("involvedObject")).get("kind") != "Job":
@@ -186,7 +218,7 @@ def sandbox_image_missing(event: Mapping) -> SandboxFailure | None:
         start += len(marker)
         end = message.find('"', start, start + _MAX_NAME + 1)
         if end > start:
-            namespace = as_text(pod.get("namespace")) or as_text(as_mapping(event.get("metadata")).get("namespace"))
+            namespace = as_text(as_mapping(event.get("metadata")).get("namespace"))  # untrusted() holds it the Pod's
             return SandboxFailure(pod["uid"], namespace, as_text(pod.get("name")),
                                   as_text(as_mapping(event.get("source")).get("host")), message[start:end], message)
     return None

@@ -28,10 +28,12 @@ from image_preflight.core.watchdog.pull_failures import (
     reference_of,
     sandbox_image_missing,
     stuck_containers,
+    untrusted,
     webhook_denial,
 )
 
 POD, JOB, SANDBOX = "pod/", "job/", "sandbox/"  # key prefixes: a Pod's images, a denied Job, a Pod's sandbox
+MAX_IGNORED = 4096  # untrusted Events remembered as said; a flood of forgeries is said again, not held
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +68,7 @@ def denial_stall(event: Mapping, now: float, webhooks: frozenset[str]) -> Stall 
         return None
     uid = job["uid"]
     owner = Owner(as_text(job.get("apiVersion")) or "batch/v1", "Job", as_text(job.get("name")), uid)
-    namespace = as_text(job.get("namespace")) or as_text(as_mapping(event.get("metadata")).get("namespace"))
+    namespace = as_text(as_mapping(event.get("metadata")).get("namespace"))  # untrusted() holds it the Job's
     return Stall(f"job/{uid}", namespace, "Job", owner.name, uid, owner, "", None, denial, now)
 
 
@@ -106,6 +108,7 @@ class Stalls:
         self._handed: set[str] = set()  # keys handed out, until their subject goes
         self._unstarted: dict[str, _Unstarted] = {}  # pod uid -> bound Pod whose sandbox is not up
         self._sandbox: dict[str, tuple[SandboxFailure, float]] = {}  # pod uid -> (latest words, first seen)
+        self._ignored: set[str] = set()  # uids of the untrusted Events already said, until they go
 
     def __len__(self) -> int:
         return len(self._pending)
@@ -158,19 +161,32 @@ class Stalls:
         failure, since = reported
         self._pending[key] = (sandbox_stall(uid, pod, failure, since), since + self.grace)
 
-    def see_event(self, event: Mapping, now: float) -> None:
+    def see_event(self, event: Mapping, now: float) -> str | None:
+        """Take in a FailedCreate or FailedCreatePodSandBox Event; why it is ignored (one line)
+        when it would have counted but cannot be trusted (pull_failures.untrusted), else None."""
         failure = sandbox_image_missing(event)
+        stall = denial_stall(event, now, self.webhooks) if failure is None else None
+        if failure is None and stall is None:
+            return None  # not one the watchdog acts on
+        if (why := untrusted(event)) is not None:
+            uid = as_text(as_mapping(event.get("metadata")).get("uid"))
+            if uid in self._ignored:
+                return None  # said once (a relist brings it again)
+            if len(self._ignored) >= MAX_IGNORED:
+                self._ignored.clear()
+            self._ignored.add(uid)
+            return why
         if failure is not None:
             earlier = self._sandbox.get(failure.pod_uid)
             # Reported again (the Event's count rises): keep the first sighting, take the newer words.
             self._sandbox[failure.pod_uid] = (failure, earlier[1] if earlier else now)
             self._arm_sandbox(failure.pod_uid)
-            return
-        stall = denial_stall(event, now, self.webhooks)
-        if stall is not None and stall.key not in self._handed and stall.key not in self._pending:
+        elif stall.key not in self._handed and stall.key not in self._pending:
             self._pending[stall.key] = (stall, now)
+        return None
 
     def forget_event(self, event: Mapping) -> None:
+        self._ignored.discard(as_text(as_mapping(event.get("metadata")).get("uid")))
         self.forget(event_key(event))
 
     def forget(self, key: str) -> None:

@@ -59,6 +59,33 @@ The same selector as a label-selector string, for the watchdog's --namespace-sel
 {{- end }}
 
 {{/*
+The same selector as CEL over `variables.labels` (a namespace's labels, the name label among them
+as the apiserver sets it): true for the namespaces the webhook checks.
+*/}}
+{{- define "image-preflight.namespaceSelectorCEL" -}}
+{{- $selector := include "image-preflight.namespaceSelector" . | fromYaml -}}
+{{- $terms := list -}}
+{{- range $key, $value := $selector.matchLabels | default dict -}}
+{{- $terms = append $terms (printf "(%q in variables.labels && variables.labels[%q] == %q)" $key $key $value) -}}
+{{- end -}}
+{{- range $selector.matchExpressions -}}
+{{- $in := printf "variables.labels[%q] in [%s]" .key (include "image-preflight.celStrings" .values) -}}
+{{- if eq .operator "In" -}}{{ $terms = append $terms (printf "(%q in variables.labels && %s)" .key $in) }}
+{{- else if eq .operator "NotIn" -}}{{ $terms = append $terms (printf "(!(%q in variables.labels) || !(%s))" .key $in) }}
+{{- else if eq .operator "Exists" -}}{{ $terms = append $terms (printf "(%q in variables.labels)" .key) }}
+{{- else -}}{{ $terms = append $terms (printf "!(%q in variables.labels)" .key) }}
+{{- end -}}
+{{- end -}}
+{{- join " && " $terms -}}
+{{- end }}
+
+{{- define "image-preflight.celStrings" -}}
+{{- $quoted := list -}}
+{{- range . }}{{ $quoted = append $quoted (printf "%q" .) }}{{ end -}}
+{{- join ", " $quoted -}}
+{{- end }}
+
+{{/*
 agent-lightning's rollout Jobs and their Pods, on either side of an UPDATE (as objectSelector
 does), every label lookup guarded: an evaluation error would fall to failurePolicy.
 */}}
