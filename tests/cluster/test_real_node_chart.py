@@ -273,12 +273,15 @@ def test_an_agent_token_bound_to_one_node_cannot_write_another_nodes_list(instal
                 if "may write only NodeImages" in b]
     assert message(refused.value) == shown.replace("cpu-node-1", NODE_NAME)
     admin = k8s.CustomObjectsApi(installed.plane.api_client())
-    admin.create_cluster_custom_object(*NODEIMAGES, _node_images(GPU_NODE))
+    other = admin.create_cluster_custom_object(*NODEIMAGES, _node_images(GPU_NODE))
     try:
         with pytest.raises(k8s.ApiException) as refused:
-            custom.patch_cluster_custom_object(*NODEIMAGES, GPU_NODE, {"spec": {"images": []}})
+            custom.replace_cluster_custom_object(*NODEIMAGES, GPU_NODE, {**other, "spec": {**other["spec"], "images": []}})
         assert refused.value.status == 403 and "may write only NodeImages" in message(refused.value)
-        # A delete is refused by RBAC before admission: the agent's role grants none.
+        # A patch or a delete is refused by RBAC before admission: the agent's role grants neither.
+        with pytest.raises(k8s.ApiException) as refused:
+            custom.patch_cluster_custom_object(*NODEIMAGES, GPU_NODE, {"spec": {"images": []}})
+        assert refused.value.status == 403 and 'cannot patch resource "nodeimages"' in message(refused.value)
         with pytest.raises(k8s.ApiException) as refused:
             custom.delete_cluster_custom_object(*NODEIMAGES, GPU_NODE)
         assert refused.value.status == 403 and 'cannot delete resource "nodeimages"' in message(refused.value)

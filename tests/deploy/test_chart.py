@@ -480,6 +480,37 @@ def test_hard_anti_affinity_requires_other_nodes_and_none_spreads_nothing():
     assert _pod_spec(_docs_with({"webhook": {"affinity": given}}))["affinity"] == given
 
 
+def test_the_client_ca_comes_from_the_named_secret_and_only_ca_crt():
+    spec = _pod_spec(_docs_with({"webhook": {"tls": {"clientCASecret": "apiserver-client-ca"}}}))
+    (volume,) = [v for v in spec["volumes"] if v["name"] == "client-ca"]
+    assert volume["secret"] == {"secretName": "apiserver-client-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
+    (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "client-ca"]
+    assert mount == {"name": "client-ca", "mountPath": "/etc/image-preflight/client-ca", "readOnly": True}
+    assert not [v for v in _pod_spec(_docs("default"))["volumes"] if v["name"] == "client-ca"]
+
+
+def test_the_apiservers_service_carries_https_only_and_metrics_have_their_own():
+    documents = _docs("everything")
+    assert [p["name"] for p in _one(documents, "Service", SERVICE)["spec"]["ports"]] == ["https"]
+    metrics = _one(documents, "Service", f"{SERVICE}-metrics")
+    assert [(p["name"], p["targetPort"]) for p in metrics["spec"]["ports"]] == [("metrics", "metrics")]
+    (monitor,) = [d for d in documents if d["kind"] == "ServiceMonitor"]
+    assert selector_matches(monitor["spec"]["selector"], metrics["metadata"]["labels"])
+    assert not selector_matches(monitor["spec"]["selector"], _one(documents, "Service", SERVICE)["metadata"]["labels"])
+
+
+def test_the_network_policy_admits_the_sources_given_for_each_port():
+    apiserver = [{"ipBlock": {"cidr": "10.0.0.10/32"}}]
+    scraper = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    policy = _one(_docs_with({"webhook": {"networkPolicy": {"from": apiserver, "metricsFrom": scraper}}}),
+                  "NetworkPolicy", SERVICE)
+    assert [(rule["ports"][0]["port"], rule["from"]) for rule in policy["spec"]["ingress"]] == [
+        ("https", apiserver), ("metrics", scraper)]
+    default = _one(_docs("default"), "NetworkPolicy", SERVICE)
+    assert [(rule["ports"][0]["port"], "from" in rule) for rule in default["spec"]["ingress"]] == [
+        ("https", False), ("metrics", False)]
+
+
 def test_deployment_arguments_are_valid_serve_flags_reading_the_mounted_secret():
     spec = _pod_spec(_docs("default"))
     container = spec["containers"][0]
@@ -499,6 +530,9 @@ def test_deployment_arguments_are_valid_serve_flags_reading_the_mounted_secret()
      {"mode": "warn", "unknown": "deny", "require": "any", "max_images": -1, "log_level": "debug"}),
     ({"webhook": {"steering": {"enabled": True, "maxNodes": 7}, "extraArgs": ["--max-inventory-age=60"]}},
      {"steer": True, "steer_max_nodes": 7, "max_inventory_age": 60.0}),
+    ({}, {"tls_min_version": "1.3", "client_ca": None}),
+    ({"webhook": {"tls": {"minVersion": "1.2", "clientCASecret": "apiserver-client-ca"}}},
+     {"tls_min_version": "1.2", "client_ca": Path("/etc/image-preflight/client-ca/ca.crt")}),
 ])
 def test_the_webhooks_values_become_its_flags(values, flags):
     args = build_parser()[0].parse_args(["serve", *_pod_spec(_docs_with(values))["containers"][0]["args"]])
@@ -510,7 +544,7 @@ def test_dockerfile_matches_the_deployment():
     context = _pod_spec(_docs("default"))["containers"][0]["securityContext"]
     # The base users pull by default, by digest (tests/deploy/test_image_build.py); a build without
     # a registry names a local one.
-    assert re.search(r"^ARG BASE=python:3\.11-slim-bookworm@sha256:", dockerfile, re.M)
+    assert re.search(r"^ARG BASE=python:3\.11\.\d+-slim-bookworm@sha256:", dockerfile, re.M)
     assert re.search(r"^FROM \$\{BASE\}$", dockerfile, re.M)
     assert re.search(rf"^USER {context['runAsUser']}:{context['runAsGroup']}$", dockerfile, re.M)
     assert re.search(r'^ENTRYPOINT \["image-preflight", "serve"\]$', dockerfile, re.M)
