@@ -55,7 +55,7 @@ class WebhookState:
     # Writes a decision line directly (webhook.logs.decision_writer); None: through logging.
     write_decision: Callable[[str], None] | None = None
     # Admission paths answer only callers whose certificate the TLS layer verified (--client-ca).
-    client_ca: bool = False
+    require_client_cert: bool = False
 
 
 class _TooLarge(Exception):
@@ -84,7 +84,7 @@ class AdmissionEndpoint:
 
     async def __call__(self, scope, receive, send) -> None:
         started = time.perf_counter()
-        if self.state.client_ca and not scope.get(CLIENT_VERIFIED):
+        if self.state.require_client_cert and not scope.get(CLIENT_VERIFIED):
             return await _reply(send, 401, _error("a client certificate from the configured CA is required"),
                                 close=True)
         content_type, declared = b"", b""

@@ -78,7 +78,7 @@ def build_server(config: ServeConfig) -> WebhookServer:
         settings=config.settings,
         metrics=metrics,
         write_decision=logs.decision_writer(),
-        client_ca=config.client_ca is not None,
+        require_client_cert=config.client_ca is not None,
     )
     tls.start()
     stops.append(tls.stop)
