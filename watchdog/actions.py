@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 from image_preflight.core.watchdog import job_failure
 from image_preflight.core.watchdog.job_failure import AUDIT, AUDITED, EVENT_ONLY, FAILED, Action
 from image_preflight.core.watchdog.stalls import Stall
-from image_preflight.kube.watch import describe_error
+from image_preflight.kube.watch import describe_error, status_message
 
 _REQUEST_TIMEOUT = (10.0, 30.0)
 _CONFLICT_ATTEMPTS = 5  # a Job changes between our read and our patch only while its controller acts
@@ -85,11 +85,7 @@ class Actions:
             self._core.create_namespaced_pod(namespace, job_failure.probe_pod(job), dry_run="All",
                                              _request_timeout=_REQUEST_TIMEOUT)
         except ApiException as exc:
-            text = describe_error(exc)
-            try:
-                text = json.loads(exc.body or "{}").get("message") or text
-            except ValueError:
-                pass
+            text = status_message(exc) or describe_error(exc)
             if any(text.startswith(f'admission webhook "{name}" denied the request: ') for name in self.webhooks):
                 return None
             if exc.status in (401, 403, 404, 409, 422):  # refused for another reason: not ours to act on

@@ -333,14 +333,18 @@ def _lines(response) -> Iterator[str]:
         yield buffer.decode("utf-8")
 
 
+def status_message(exc: ApiException) -> str:
+    """The message of the Status an API error carries, or ""."""
+    try:
+        return json.loads(exc.body or "{}").get("message", "") or ""
+    except (ValueError, AttributeError):
+        return ""
+
+
 def describe_error(exc: BaseException) -> str:
     """One line for the log: status and Status message for API errors, else type and text."""
     if isinstance(exc, ApiException):
-        message = ""
-        try:
-            message = json.loads(exc.body or "{}").get("message", "")
-        except (ValueError, AttributeError):
-            pass
+        message = status_message(exc)
         text = f"HTTP {exc.status} {exc.reason}" + (f": {message}" if message else "")
     elif isinstance(exc, (_Expired, _StreamError, _Silent)):
         text = str(exc)
