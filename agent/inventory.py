@@ -9,11 +9,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from image_preflight.agent.cri import RuntimeImage
 from image_preflight.core.decide.references import InvalidReference
 from image_preflight.core.decide.inventory import image_key
-from image_preflight.core.sources.runtime_lists import parse_time, runtime_object
-
-# Publish again once less than this share of the lease remains: a missed cycle or a slow
-# apiserver then still leaves time to renew before readers see the list as stale.
-RENEW_WHEN_REMAINING = 1 / 3
+from image_preflight.core.sources.runtime_lists import RENEW_WHEN_REMAINING, parse_time, runtime_object
 
 CREATE, CHANGED, RENEW = "create", "changed", "renew"
 

@@ -39,7 +39,7 @@ def run(config: CertsConfig) -> int:
 
     if config.secret:
         secret = tls_secret(
-            config.secret_name,
+            config.secret_named,
             request.namespace,
             certificate_pem(files.serving_cert),
             private_key_pem(files.serving_key),

@@ -60,8 +60,9 @@ def filter_rows(rows: Iterable[Mapping], *, template: str | None = None, image: 
     not, rendering `template` (the Job template text, as agent-lightning renders it) or `image` (a
     one-container shortcut such as '{{ input.image_name }}:openai') for each row.
 
-    Returns (kept rows, [(index, row, RowVerdict), ...]). Raises TemplateError (a ValueError)
-    when the template cannot yield a Job at all.
+    Returns (kept rows, [(index, row, RowVerdict), ...]), each index counted from 0, as
+    `image-preflight scan` numbers rows. With `keep_unknown`, rows whose images no list can confirm
+    are kept. Raises TemplateError (a ValueError) when the template cannot yield a Job at all.
     """
     from image_preflight.scanner.judge import filter_rows as scan_rows
 

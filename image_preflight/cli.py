@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -68,40 +69,73 @@ def _problem(command: Command, missing: str, detail: str = "") -> str:
     return f"needs the '{extra}' extra (no module named {missing!r}): pip install 'image-preflight[{extra}]'"
 
 
+def version() -> str:
+    try:
+        return importlib.metadata.version("image-preflight")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, saying a usage error in one line, as every other error is said."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser(only: str | None = None) -> tuple[argparse.ArgumentParser, dict[str, str]]:
-    """The parser, and for each subcommand that cannot be loaded, why (it is still listed)."""
-    parser = argparse.ArgumentParser(
+    """The parser, and for each subcommand that cannot run, why. Every subcommand is listed and
+    answers --help: its flags cost no import of its extra's libraries."""
+    parser = Parser(
         prog="image-preflight",
         description="Keep rollout Jobs off nodes that lack their locally built images.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     unavailable: dict[str, str] = {}
     for name, command in COMMANDS.items():
         if only is not None and name != only:
             continue
         missing = _missing(command)
-        if missing is None:
-            try:
-                module = importlib.import_module(command.module)
-            except ImportError as exc:
-                unavailable[name] = _problem(command, exc.name or str(exc), str(exc))
-            else:
-                module.register(subparsers)
-                continue
-        else:
+        if missing is not None:
             unavailable[name] = _problem(command, missing)
-        subparsers.add_parser(name, help=f"{command.summary} (unavailable: {unavailable[name].split(':')[0]})")
+        try:
+            module = importlib.import_module(command.module)
+        except ImportError as exc:
+            unavailable[name] = _problem(command, exc.name or str(exc), str(exc))
+            subparsers.add_parser(name, help=f"{command.summary} (unavailable: {unavailable[name].split(':')[0]})")
+            continue
+        module.register(subparsers, epilog=_needs(command, unavailable.get(name)))
     return parser, unavailable
+
+
+def _needs(command: Command, problem: str | None) -> str | None:
+    """What the command's help says about its extra: what to install, and whether it is here."""
+    if problem is not None:
+        return f"Not runnable here: this command {problem}."
+    if command.extra:
+        return f"Needs the '{command.extra}' extra: pip install 'image-preflight[{command.extra}]'."
+    return None
+
+
+def parse_config(argv: list[str]):
+    """The config a command line builds (its frozen Flags), without running it."""
+    args = build_parser(next((arg for arg in argv if not arg.startswith("-")), None))[0].parse_args(argv)
+    return args.config.from_args(args)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     chosen = next((arg for arg in argv if not arg.startswith("-")), None)
     parser, unavailable = build_parser(chosen if chosen in COMMANDS else None)
-    if chosen in unavailable:
-        print(f"image-preflight {chosen}: {unavailable[chosen]}", file=sys.stderr)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error already said
+        return exc.code if isinstance(exc.code, int) else 2
+    if args.command in unavailable:
+        print(f"image-preflight {args.command}: {unavailable[args.command]}", file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)
+    label = " ".join(filter(None, ("image-preflight", args.command, getattr(args, "action", None))))
     for stream in (sys.stdout, sys.stderr):
         # Row and image texts may hold what the terminal cannot encode (a lone surrogate from a
         # JSON escape, non-ASCII under an ASCII locale): printed as escapes, never a traceback.
@@ -113,12 +147,11 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.flush()  # a closed pipe shows here, not as a failure at interpreter exit
         return code
     except PreflightError as exc:
-        print(f"image-preflight {args.command}: {exc}", file=sys.stderr)
+        print(f"{label}: {exc}", file=sys.stderr)
         return 2
     except ImportError as exc:
         # The runner imports its libraries when it runs: one absent is named with what installs it.
-        print(f"image-preflight {args.command}: {_problem(COMMANDS[args.command], exc.name or str(exc), str(exc))}",
-              file=sys.stderr)
+        print(f"{label}: {_problem(COMMANDS[args.command], exc.name or str(exc), str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -1,38 +1,46 @@
-"""What every face's command shares: the flags more than one face offers, and `runner`, how a
-parser hands its flags to its command (the frozen config first, so that a bad value is a
+"""What every face's command shares: the flags more than one face offers, and `add_command`, how a
+face's config becomes its subcommand (the frozen config is built first, so that a bad value is a
 UsageError before anything heavy loads, then the command module, imported only to run)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
-from collections.abc import Callable
-from typing import Protocol
+from typing import Any
+
+from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES
+from image_preflight.flags import COUNT, PORT, Kind, add_flags, flag
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
-DEFAULT_LOG_LEVEL = "info"
-DEFAULT_METRICS_PORT = 9090
 
 
-def add_log_level_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--log-level", default=DEFAULT_LOG_LEVEL, choices=LOG_LEVELS, help="default %(default)s")
+def log_level_flag() -> Any:
+    return flag("info", choices=LOG_LEVELS, help="the least severe log records written")
 
 
-def add_metrics_port_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--metrics-port", type=int, default=DEFAULT_METRICS_PORT,
-                        help="plain-HTTP /metrics (0: off; default %(default)s)")
+def metrics_port_flag() -> Any:
+    return flag(9090, kind=PORT, help="plain-HTTP /metrics (0: off)")
 
 
-class Config(Protocol):
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> Config: ...
+# pkg/kubelet/apis/config/validation/validation.go, ValidateKubeletConfiguration: nodeStatusMaxImages
+# "must be -1 or greater"; -1 lifts the cap.
+MAX_IMAGES = Kind(COUNT.metavar, int, lambda value: None if value >= -1 else "must be -1 (no cap) or more")
 
 
-def runner(config: type[Config], command: str) -> Callable[[argparse.Namespace], int]:
-    """The `run` a subparser sets: `command`'s run(config.from_args(args))."""
+def max_images_flag(where: str = "") -> Any:
+    return flag(DEFAULT_MAX_IMAGES, kind=MAX_IMAGES,
+                help=f"the kubelets' nodeStatusMaxImages{where} (-1: no cap)")
+
+
+def add_command(subparsers: Any, name: str, config: type, command: str, **parser: str) -> argparse.ArgumentParser:
+    """Subcommand `name` with `config`'s flags, running `command`'s run(config) (`parser`: help,
+    description, epilog)."""
+    sub = subparsers.add_parser(name, **parser)
+    add_flags(sub, config)
 
     def run(args: argparse.Namespace) -> int:
         built = config.from_args(args)
         return importlib.import_module(command).run(built)
 
-    return run
+    sub.set_defaults(run=run, config=config)
+    return sub

@@ -4,6 +4,7 @@ The runner: scanner/config.py holds the flags and the config they map onto."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 import time
 from contextlib import ExitStack
@@ -36,7 +37,6 @@ def run(config: ScanConfig) -> int:
         if target is not None:
             datasets.refuse_overwrite(target, [*config.datasets, *other_inputs], option)
     _refuse_one_file_twice(outputs, config)
-    stdout = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     created = _make_out_dir(config.out_dir)
     try:
         # Every output is staged before the first row is judged: one that cannot be written stops
@@ -58,7 +58,12 @@ def run(config: ScanConfig) -> int:
         if created is not None:
             _remove_empty(created, config.out_dir)
         raise
-    output.print_summary(result, stdout, inventory)
+    if config.output == "json":
+        sys.stdout.write(output.report_text(result))
+    else:
+        # A table on a terminal; piped, one record a line for grep and scripts.
+        width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+        output.write_lines(output.summary_lines(result, inventory, width=width), sys.stdout)
     return 1 if config.fail_on_drop and result.dropped else 0
 
 

@@ -2,84 +2,67 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from image_preflight.commands import runner
+from image_preflight.commands import add_command, max_images_flag
 from image_preflight.core.decide.decision import REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE
-from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES
 from image_preflight.errors import UsageError
-from image_preflight.kube.client import ClusterFlags, add_cluster_arguments
+from image_preflight.flags import DIR, FILE, Flags, Kind, flag, flags_of
+from image_preflight.kube.client import ClusterFlags
+
+DATASET = Kind("DATASET", Path)
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "scan",
+# What a scan writes on stdout: lines for a reader (a table on a terminal), or the report as JSON.
+OUTPUTS = ("text", "json")
+
+
+def register(subparsers, epilog: str | None = None) -> None:
+    add_command(
+        subparsers, "scan", ScanConfig, "image_preflight.scanner.command",
+        epilog=epilog,
         help="drop dataset rows whose rollout Job names an image the nodes do not hold",
         description="Render the rollout Job for every dataset row and drop the rows whose "
-        "IfNotPresent/Never images are absent from the nodes the Job may land on.",
+        "IfNotPresent/Never images are absent from the nodes the Job may land on. Rows are numbered "
+        "from 0 in every format, as the Python API and pandas count them.",
     )
-    parser.add_argument("datasets", nargs="+", type=Path, metavar="DATASET", help=".jsonl, .json or .parquet")
-    source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--template", type=Path, metavar="JOB.yaml", help="the Jinja2 Job template the trainer uses")
-    source.add_argument("--image", metavar="EXPR", help="shortcut for one container, e.g. '{{ input.image_name }}:openai'")
-    parser.add_argument("--inventory", type=Path, metavar="SNAPSHOT", action="append",
-                        help="node snapshot: kubectl get nodes -o json, crictl/docker images, NodeImages, "
-                        "`image-preflight inventory dump`, or references one per line (repeatable); "
-                        "default: read the cluster of the current kubeconfig context")
-    add_cluster_arguments(parser, when="without --inventory: ")
-    parser.add_argument("--out-dir", type=Path, metavar="DIR", help="write each dataset's kept rows here")
-    parser.add_argument("--report", type=Path, metavar="REPORT.json", help="write every dropped row as JSON")
-    parser.add_argument("--missing-images", type=Path, metavar="FILE", help="write the distinct missing images")
-    parser.add_argument("--needed-images", type=Path, metavar="FILE",
-                        help="write the distinct images of the kept rows (pin these: docs/agent.md)")
-    parser.add_argument("--require", choices=(REQUIRE_ALL, REQUIRE_ANY), default=REQUIRE_ALL,
-                        help="an image must be on all eligible nodes (default) or on any one")
-    parser.add_argument("--steer", action="store_true",
-                        help="as `serve --steer` decides Jobs: keep a row when one eligible node holds all its "
-                        "images (its pods will be steered there)")
-    parser.add_argument("--keep-unknown", action="store_true", help="keep rows whose images cannot be confirmed")
-    parser.add_argument("--fail-on-drop", action="store_true", help="exit 1 when any row was dropped")
-    parser.add_argument("--max-images", type=int, default=DEFAULT_MAX_IMAGES, metavar="N",
-                        help="the kubelet's nodeStatusMaxImages (-1: no cap; default %(default)s)")
-    parser.set_defaults(run=runner(ScanConfig, "image_preflight.scanner.command"))
 
 
 @dataclass(frozen=True)
-class ScanConfig:
-    datasets: tuple[Path, ...]
-    template: Path | None = None  # exactly one of template and image
-    image: str | None = None
-    inventory: tuple[Path, ...] = ()  # none: read the cluster
-    cluster: ClusterFlags = ClusterFlags()
-    out_dir: Path | None = None
-    report: Path | None = None
-    missing_images: Path | None = None
-    needed_images: Path | None = None
-    require: str = REQUIRE_ALL
-    steer: bool = False
-    keep_unknown: bool = False
-    fail_on_drop: bool = False
-    max_images: int = DEFAULT_MAX_IMAGES
+class ScanConfig(Flags):
+    datasets: tuple[Path, ...] = flag(kind=DATASET, positional=True, help=".jsonl, .json or .parquet")
+    template: Path | None = flag(None, kind=FILE, one_of="source", help="the Jinja2 Job template the trainer uses")
+    image: str | None = flag(None, kind=Kind("EXPR"), one_of="source",
+                             help="instead of --template, one container's image, e.g. '{{ input.image_name }}:openai'")
+    inventory: tuple[Path, ...] = flag((), kind=FILE, repeat=True,
+                                       help="node snapshot: kubectl get nodes -o json, crictl/docker images, "
+                                       "NodeImages, `image-preflight inventory dump`, or references one per line "
+                                       "(repeatable)", unset="read the cluster of the current kubeconfig context")
+    cluster: ClusterFlags = flags_of(ClusterFlags, when="without --inventory: ")
+    out_dir: Path | None = flag(None, kind=DIR, help="write each dataset's kept rows here, under its name",
+                                unset="none")
+    report: Path | None = flag(None, kind=FILE, help="write every dropped row, and every row kept unconfirmed, as JSON",
+                               unset="none")
+    missing_images: Path | None = flag(None, kind=FILE, help="write the distinct missing images, one a line, as the "
+                                       "runtime names them (docker.io/library/...), to build or load", unset="none")
+    needed_images: Path | None = flag(None, kind=FILE, help="write the distinct images of the kept rows in the same "
+                                      "form, for the node agents to pin (docs/agent.md)", unset="none")
+    output: str = flag("text", choices=OUTPUTS,
+                       help="stdout: lines for a reader (a table on a terminal), or the --report JSON")
+    require: str = flag(REQUIRE_ALL, choices=(REQUIRE_ALL, REQUIRE_ANY),
+                        help="an image must be on all eligible nodes or on any one")
+    steer: bool = flag(False, help="as `serve --steer` decides Jobs: keep a row when one eligible node holds all "
+                       "its images (its pods will be steered there); not with --require")
+    keep_unknown: bool = flag(False, help="keep rows whose images cannot be confirmed (counted and reported)")
+    fail_on_drop: bool = flag(False, help="exit 1 when any row was dropped")
+    max_images: int = max_images_flag()
 
-    def __post_init__(self) -> None:
-        if (self.template is None) == (self.image is None):
-            raise UsageError("give one of --template and --image")
+    def check(self) -> None:
         if self.steer and self.require != REQUIRE_ALL:
             raise UsageError("--steer decides by one node holding every image: it takes no --require")
         if self.inventory and self.cluster.given:
             raise UsageError("--kubeconfig and --context read the cluster: give them or --inventory, not both")
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> ScanConfig:
-        return cls(
-            datasets=tuple(args.datasets), template=args.template, image=args.image,
-            inventory=tuple(args.inventory or ()), cluster=ClusterFlags.from_args(args), out_dir=args.out_dir,
-            report=args.report, missing_images=args.missing_images, needed_images=args.needed_images,
-            require=args.require, steer=args.steer, keep_unknown=args.keep_unknown, fail_on_drop=args.fail_on_drop,
-            max_images=args.max_images,
-        )
 
     @property
     def rule(self) -> str:

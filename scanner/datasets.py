@@ -38,7 +38,6 @@ class JsonRows:
 
     rows: list[dict]
     lines: list[bytes] | None  # JSONL only, each with its own line ending
-    line_numbers: list[int] | None  # JSONL only: 1-based line of each row
 
 
 def read_json_rows(path: Path) -> JsonRows:
@@ -53,8 +52,8 @@ def read_json_rows(path: Path) -> JsonRows:
         for index, row in enumerate(rows):
             if not isinstance(row, dict):
                 raise InputError(f"{path}: row {index}: not a JSON object")
-        return JsonRows(rows, None, None)
-    rows, lines, numbers = [], [], []
+        return JsonRows(rows, None)
+    rows, lines = [], []
     for number, line in enumerate(data.splitlines(keepends=True), start=1):
         if not line.strip():
             continue
@@ -66,8 +65,7 @@ def read_json_rows(path: Path) -> JsonRows:
             raise InputError(f"{path}:{number}: not a JSON object")
         rows.append(row)
         lines.append(line)
-        numbers.append(number)
-    return JsonRows(rows, lines, numbers)
+    return JsonRows(rows, lines)
 
 
 def row_count_hint(path: Path) -> int | None:

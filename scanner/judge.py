@@ -37,18 +37,21 @@ DROP_REASONS = tuple(reason for reason in RowReason if reason is not KEPT)
 @dataclass(frozen=True, slots=True)
 class RowVerdict:
     reason: RowReason
-    images: tuple[str, ...] = ()  # the images that decided it (missing, unknown or invalid ones)
+    images: tuple[str, ...] = ()  # the images that decided it (missing, unknown or invalid ones), as written
     nodes: tuple[str, ...] = ()  # nodes lacking them, or whose lists prove nothing
-    detail: str = ""
+    detail: str = ""  # why: the invalid reference, the unrenderable field, why the lists prove nothing
     # Fields the row lacks that the Job prints as empty text, as agent-lightning renders them.
     missing_fields: tuple[str, ...] = ()
     # Kept: the IfNotPresent/Never images its pod asks the nodes for (init containers and image
     # volumes included), each as image_key() gives it; what `scan --needed-images` lists.
     needed: tuple[str, ...] = ()
 
+    # With --keep-unknown an UNKNOWN row is kept, and counted and reported as kept unconfirmed.
+    unconfirmed: bool = False
+
     @property
     def kept(self) -> bool:
-        return self.reason == KEPT
+        return self.reason == KEPT or self.unconfirmed
 
 
 class RowJudge:
@@ -189,7 +192,7 @@ class RowJudge:
             decision = core.decide(spec, self.inventory, require=self.require, now=self.now)
         except (WorkloadError, SchedulingSpecError) as exc:
             return RowVerdict(UNRENDERABLE, detail=str(exc))
-        verdict = verdict_of(decision, keep_unknown=self.keep_unknown)
+        verdict = verdict_of(decision, self.inventory, now=self.now, keep_unknown=self.keep_unknown)
         return replace(verdict, missing_fields=missing_fields) if missing_fields else verdict
 
 
@@ -198,7 +201,8 @@ def _presence(reached: tuple[int, object], length: int) -> object:
     return True if depth == length else (depth, _freeze(value))
 
 
-def verdict_of(decision: core.Decision, *, keep_unknown: bool = False) -> RowVerdict:
+def verdict_of(decision: core.Decision, inventory: Inventory, *, now: float | None = None,
+               keep_unknown: bool = False) -> RowVerdict:
     invalid = decision.with_status(core.INVALID)
     if invalid:
         return RowVerdict(INVALID, _images(invalid), detail=invalid[0].detail)
@@ -214,11 +218,27 @@ def verdict_of(decision: core.Decision, *, keep_unknown: bool = False) -> RowVer
         # Denied with no image missing on a node that runs pods: the denial is the sandbox's.
         return RowVerdict(NO_SANDBOX, nodes=tuple(dict.fromkeys(n for n, _ in decision.sandbox_missing)),
                           detail="; ".join(sandbox_clauses(decision)))
-    if decision.outcome == core.UNKNOWN and not keep_unknown:
+    if decision.outcome == core.Verdict.UNKNOWN:
         unknown = decision.with_status(core.UNKNOWN)
-        # No node named: say why (a RuntimeClass the inventory does not hold).
-        return RowVerdict(UNKNOWN, _images(unknown), _nodes(v.unknown_on for v in unknown), decision.unplaced)
+        return RowVerdict(UNKNOWN, _images(unknown), _nodes(v.unknown_on for v in unknown),
+                          decision.unplaced or _unconfirmed_because(unknown, inventory, now),
+                          unconfirmed=keep_unknown, needed=_needed(decision) if keep_unknown else ())
     return RowVerdict(KEPT, needed=_needed(decision))
+
+
+def _unconfirmed_because(unknown: list[core.ImageVerdict], inventory: Inventory, now: float | None) -> str:
+    """Why each node's list cannot confirm the images: "cpu-1, cpu-2: list capped by nodeStatusMaxImages"."""
+    by_reason: dict[str, list[str]] = {}
+    for verdict in unknown:
+        for name in verdict.unknown_on:
+            node = inventory.get(name)
+            because = node.inconclusive_because(now, verdict.key or "") if node is not None else ""
+            nodes = by_reason.setdefault(because or "list unconfirmed", [])
+            if name not in nodes:
+                nodes.append(name)
+    if not by_reason:
+        return "no eligible node's list to confirm it"
+    return "; ".join(f"{', '.join(nodes)}: {because}" for because, nodes in by_reason.items())
 
 
 def _images(verdicts: Iterable[core.ImageVerdict]) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ import pyarrow as pa
 from image_preflight.errors import InputError
 from image_preflight.files.atomic import atomic_path
 from image_preflight.scanner import datasets
-from image_preflight.scanner.dropped import DroppedRows
+from image_preflight.scanner.records import RowRecords
 from image_preflight.scanner.judge import RowJudge, RowVerdict
 from image_preflight.scanner.parquet_inputs import distinct_inputs
 
@@ -31,7 +31,8 @@ class Progress(Protocol):
 class FileResult:
     path: Path
     rows: int
-    dropped: DroppedRows
+    dropped: RowRecords
+    unconfirmed: RowRecords  # kept under --keep-unknown though no list confirms their images
     output: Path | None = None
     # Kept rows lacking a field the Job prints only as text, by field (dotted path).
     lacking: Counter = field(default_factory=Counter)
@@ -55,6 +56,10 @@ class ScanResult:
     @property
     def dropped(self) -> int:
         return sum(len(f.dropped) for f in self.files)
+
+    @property
+    def unconfirmed(self) -> int:
+        return sum(len(f.unconfirmed) for f in self.files)
 
     def missing_images(self) -> Counter:
         """Distinct missing images with the number of rows each one drops."""
@@ -123,29 +128,50 @@ def _scan_json(path: Path, judge: RowJudge, output: Path | None, progress: Progr
         raise InputError(f"{path}: no rows")
     if progress and not counted:
         progress.add_total(len(source.rows))
-    keep, dropped_rows, verdicts, lines, lacking = [], [], [], [], Counter()
+    keep, lacking = [], Counter()
+    dropped, unconfirmed = _Collected(), _Collected()
     kept_verdicts: dict[int, RowVerdict] | None = {} if needed else None  # by id: rows share verdicts
     for index, row in enumerate(source.rows):
         verdict = judge.judge(row)
         keep.append(verdict.kept)
-        if verdict.kept:
-            if kept_verdicts is not None:
-                kept_verdicts[id(verdict)] = verdict
-            if verdict.missing_fields:
-                lacking.update(verdict.missing_fields)
-        else:
-            dropped_rows.append(index)
-            verdicts.append(verdict)
-            if source.line_numbers:
-                lines.append(source.line_numbers[index])
+        _account(index, verdict, dropped, unconfirmed, lacking, kept_verdicts)
         if progress and index % 1024 == 1023:
             progress.advance(1024)
     if progress:
         progress.advance(len(source.rows) % 1024)
     if output is not None:
         datasets.write_json_rows(output, source, keep)
-    dropped = DroppedRows.collect(str(path), dropped_rows, verdicts, lines if source.line_numbers else None)
-    return FileResult(path, len(source.rows), dropped, output, lacking, _needed(kept_verdicts))
+    return FileResult(path, len(source.rows), dropped.records(path), unconfirmed.records(path), output, lacking,
+                      _needed(kept_verdicts))
+
+
+class _Collected:
+    """Row numbers and their verdicts, gathered one row at a time."""
+
+    def __init__(self) -> None:
+        self.rows: list[int] = []
+        self.verdicts: list[RowVerdict] = []
+
+    def add(self, row: int, verdict: RowVerdict) -> None:
+        self.rows.append(row)
+        self.verdicts.append(verdict)
+
+    def records(self, path: Path) -> RowRecords:
+        return RowRecords.collect(str(path), self.rows, self.verdicts)
+
+
+def _account(index: int, verdict: RowVerdict, dropped: _Collected, unconfirmed: _Collected, lacking: Counter,
+             kept_verdicts: dict[int, RowVerdict] | None) -> None:
+    """One judged row into what the file's result counts."""
+    if not verdict.kept:
+        dropped.add(index, verdict)
+        return
+    if verdict.unconfirmed:
+        unconfirmed.add(index, verdict)
+    if kept_verdicts is not None:
+        kept_verdicts[id(verdict)] = verdict
+    if verdict.missing_fields:
+        lacking.update(verdict.missing_fields)
 
 
 def _scan_parquet(path: Path, judge: RowJudge, output: Path | None, progress: Progress | None,
@@ -167,7 +193,10 @@ def _scan_parquet_file(path: Path, file, judge: RowJudge, output: Path | None, p
         keep_group = np.fromiter((v.kept for v in verdicts), dtype=bool, count=len(verdicts))
         keep = keep_group[inputs.group_of_row]
         dropped_at = np.flatnonzero(~keep)
-        dropped = DroppedRows(str(path), dropped_at, inputs.group_of_row[dropped_at], verdicts)
+        dropped = RowRecords(str(path), dropped_at, inputs.group_of_row[dropped_at], verdicts)
+        unconfirmed_group = np.fromiter((v.unconfirmed for v in verdicts), dtype=bool, count=len(verdicts))
+        unconfirmed_at = np.flatnonzero(unconfirmed_group[inputs.group_of_row])
+        unconfirmed = RowRecords(str(path), unconfirmed_at, inputs.group_of_row[unconfirmed_at], verdicts)
         sizes = np.bincount(inputs.group_of_row, minlength=len(verdicts))
         lacking = Counter()
         for group, verdict in enumerate(verdicts):
@@ -178,11 +207,12 @@ def _scan_parquet_file(path: Path, file, judge: RowJudge, output: Path | None, p
         batches, schema = datasets.parquet_batches(file, path), file.schema_arrow
     else:
         table = datasets.read_parquet(path)
-        keep, dropped, lacking, images = _judge_row_by_row(table, judge, path, progress, counted_rows, needed)
+        keep, dropped, unconfirmed, lacking, images = _judge_row_by_row(table, judge, path, progress, counted_rows,
+                                                                        needed)
         batches, schema = table.to_batches(), table.schema
     if output is not None:
         datasets.write_parquet(output, batches, keep, schema=schema, like=path)
-    return FileResult(path, rows, dropped, output, lacking, images)
+    return FileResult(path, rows, dropped, unconfirmed, output, lacking, images)
 
 
 def _distinct_inputs(path: Path, file, judge: RowJudge):
@@ -214,34 +244,28 @@ def _shared_verdicts(judge: RowJudge, inputs, progress: Progress | None) -> tupl
 
 
 def _judge_row_by_row(table: pa.Table, judge: RowJudge, path: Path, progress: Progress | None = None,
-                      reported: int = 0, needed: bool = False) -> tuple[np.ndarray, DroppedRows, Counter, set | None]:
+                      reported: int = 0, needed: bool = False
+                      ) -> tuple[np.ndarray, RowRecords, RowRecords, Counter, set | None]:
     """`reported`: rows already counted in `progress`, not to be counted twice."""
     paths = judge.template.paths
     if paths is not None:
         wanted = {p[0] for p in paths if isinstance(p[0], str)} & set(table.column_names)
         table = table.select([c for c in table.column_names if c in wanted])
     keep = np.ones(table.num_rows, dtype=bool)
-    dropped_rows, verdicts, lacking = [], [], Counter()
+    dropped, unconfirmed, lacking = _Collected(), _Collected(), Counter()
     kept_verdicts: dict[int, RowVerdict] | None = {} if needed else None  # by id: rows share verdicts
     offset = 0
     for batch in table.to_batches(max_chunksize=65536):
         for index, row in enumerate(batch.to_pylist(), start=offset):
             verdict = judge.judge(row)
-            if verdict.kept:
-                if kept_verdicts is not None:
-                    kept_verdicts[id(verdict)] = verdict
-                if verdict.missing_fields:
-                    lacking.update(verdict.missing_fields)
-            else:
-                keep[index] = False
-                dropped_rows.append(index)
-                verdicts.append(verdict)
+            keep[index] = verdict.kept
+            _account(index, verdict, dropped, unconfirmed, lacking, kept_verdicts)
         offset += batch.num_rows
         if progress:
             credit = min(reported, batch.num_rows)
             reported -= credit
             progress.advance(batch.num_rows - credit)
-    return keep, DroppedRows.collect(str(path), dropped_rows, verdicts), lacking, _needed(kept_verdicts)
+    return keep, dropped.records(path), unconfirmed.records(path), lacking, _needed(kept_verdicts)
 
 
 def _needed(kept: dict[int, RowVerdict] | None) -> set[str] | None:

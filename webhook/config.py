@@ -2,107 +2,71 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
-from image_preflight.commands import (
-    DEFAULT_LOG_LEVEL,
-    DEFAULT_METRICS_PORT,
-    add_log_level_argument,
-    add_metrics_port_argument,
-    runner,
-)
+from image_preflight.commands import add_command, log_level_flag, max_images_flag, metrics_port_flag
 from image_preflight.core.admission.review import MODES, UNKNOWN_POLICIES, Mode, Settings
 from image_preflight.core.admission.steering import DEFAULT_MAX_NODES
 from image_preflight.core.decide.decision import REQUIRE_ALL, REQUIRE_ANY, Verdict
-from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES
 from image_preflight.errors import UsageError
-from image_preflight.kube.client import ClusterFlags, add_cluster_arguments
+from image_preflight.flags import ADDRESS, COUNT, FILE, PORT, SECONDS, SELECTOR, Flags, above, at_least, flag, flags_of
+from image_preflight.kube.client import ClusterFlags
 from image_preflight.webhook.tls import DEFAULT_TLS_VERSION, TLS_VERSIONS
 
+# A replica whose watch has said nothing this long is not ready. Above the longest silence the
+# watch itself tolerates (kube/watch.py, SILENCE_TIMEOUT_S beyond a watch's timeoutSeconds), so a
+# silent stream is replaced before the replica turns unready.
+MAX_INVENTORY_AGE_S = 600.0
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "serve",
+
+def register(subparsers, epilog: str | None = None) -> None:
+    add_command(
+        subparsers, "serve", ServeConfig, "image_preflight.webhook.command",
+        epilog=epilog,
         help="run the validating admission webhook",
         description="Deny workloads whose IfNotPresent/Never images are absent from the nodes they may land on.",
     )
-    parser.add_argument("--tls-cert", type=Path, required=True, metavar="FILE")
-    parser.add_argument("--tls-key", type=Path, required=True, metavar="FILE")
-    parser.add_argument("--tls-min-version", choices=tuple(TLS_VERSIONS), default=DEFAULT_TLS_VERSION,
-                        help="the oldest TLS version accepted (default %(default)s)")
-    parser.add_argument("--client-ca", type=Path, metavar="FILE",
-                        help="answer /validate and /mutate only for callers presenting a certificate from this CA "
-                        "(the apiserver's, from its AdmissionConfiguration kubeConfigFile); default: any caller")
-    parser.add_argument("--host", default="0.0.0.0")
-    parser.add_argument("--port", type=int, default=8443)
-    add_metrics_port_argument(parser)
-    parser.add_argument("--inventory", type=Path, metavar="SNAPSHOT", help="a snapshot file, re-read when it changes")
-    add_cluster_arguments(parser, when="without --inventory: ")
-    parser.add_argument("--mode", choices=MODES, default=Mode.ENFORCE)
-    parser.add_argument("--unknown", choices=UNKNOWN_POLICIES, default=Verdict.ALLOW,
-                        help="what an unconfirmed image does (default: allow with a warning)")
-    parser.add_argument("--require", choices=(REQUIRE_ALL, REQUIRE_ANY), default=REQUIRE_ALL,
-                        help="for Pods, and for Jobs and other templates unless --steer (default %(default)s)")
-    parser.add_argument("--steer", action="store_true",
-                        help="serve POST /mutate, which restricts a Pod to the eligible nodes holding its images; "
-                        "Jobs and other templates then need one eligible node holding every image")
-    parser.add_argument("--steer-max-nodes", type=int, default=DEFAULT_MAX_NODES, metavar="N",
-                        help="steer only when the patch names at most N nodes (default %(default)s)")
-    parser.add_argument("--max-images", type=int, default=DEFAULT_MAX_IMAGES, metavar="N",
-                        help="the kubelets' nodeStatusMaxImages (-1: no cap; default %(default)s)")
-    parser.add_argument("--node-selector", metavar="LABELS", help="watch only these nodes (a label selector)")
-    parser.add_argument("--max-inventory-age", type=float, default=600.0, metavar="SECONDS",
-                        help="not ready when the watch has been silent this long (default %(default)s)")
-    parser.add_argument("--tls-reload-interval", type=float, default=10.0, metavar="SECONDS")
-    parser.add_argument("--inventory-reload-interval", type=float, default=5.0, metavar="SECONDS",
-                        help="how often --inventory is checked for changes (default %(default)s)")
-    add_log_level_argument(parser)
-    parser.set_defaults(run=runner(ServeConfig, "image_preflight.webhook.command"))
 
 
 @dataclass(frozen=True)
-class ServeConfig:
-    tls_cert: Path
-    tls_key: Path
-    tls_min_version: str = DEFAULT_TLS_VERSION
-    client_ca: Path | None = None  # none: any caller may ask
-    host: str = "0.0.0.0"
-    port: int = 8443
-    metrics_port: int = DEFAULT_METRICS_PORT  # 0: no /metrics
-    inventory: Path | None = None  # none: watch the cluster
-    cluster: ClusterFlags = ClusterFlags()
-    mode: Mode = Mode.ENFORCE
-    unknown: Verdict = Verdict.ALLOW
-    require: str = REQUIRE_ALL
-    steer: bool = False
-    steer_max_nodes: int = DEFAULT_MAX_NODES
-    max_images: int = DEFAULT_MAX_IMAGES
-    node_selector: str | None = None
-    max_inventory_age: float = 600.0
-    tls_reload_interval: float = 10.0
-    inventory_reload_interval: float = 5.0
-    log_level: str = DEFAULT_LOG_LEVEL
+class ServeConfig(Flags):
+    tls_cert: Path = flag(kind=FILE, required=True, help="the serving certificate (PEM), re-read when it changes")
+    tls_key: Path = flag(kind=FILE, required=True, help="its private key (PEM)")
+    tls_min_version: str = flag(DEFAULT_TLS_VERSION, choices=tuple(TLS_VERSIONS), help="the oldest TLS version accepted")
+    client_ca: Path | None = flag(None, kind=FILE, unset="any caller",
+                                  help="answer /validate and /mutate only for callers presenting a certificate from "
+                                  "this CA (the apiserver's, from its AdmissionConfiguration kubeConfigFile)")
+    host: str = flag("0.0.0.0", kind=ADDRESS, help="where HTTPS and /metrics listen")
+    port: int = flag(8443, kind=PORT, help="the HTTPS port (0: any free one)")
+    metrics_port: int = metrics_port_flag()
+    inventory: Path | None = flag(None, kind=FILE, help="a snapshot file, re-read when it changes",
+                                  unset="watch the cluster's Nodes, NodeImages and RuntimeClasses")
+    cluster: ClusterFlags = flags_of(ClusterFlags, when="without --inventory: ")
+    mode: Mode = flag(Mode.ENFORCE, choices=MODES, help="enforce denies; warn and audit admit everything and only "
+                      "warn or log")
+    unknown: Verdict = flag(Verdict.ALLOW, choices=UNKNOWN_POLICIES,
+                            help="what an image no list can confirm does (allow: with a warning)")
+    require: str = flag(REQUIRE_ALL, choices=(REQUIRE_ALL, REQUIRE_ANY),
+                        help="where the images must be, for Pods, and for Jobs and other templates unless --steer")
+    steer: bool = flag(False, help="serve POST /mutate, which restricts a Pod to the eligible nodes holding its "
+                       "images; Jobs and other templates then need one eligible node holding every image")
+    steer_max_nodes: int = flag(DEFAULT_MAX_NODES, kind=COUNT, check=at_least(1),
+                                help="steer only when the patch names at most N nodes")
+    max_images: int = max_images_flag()
+    node_selector: str | None = flag(None, kind=SELECTOR, help="watch only these nodes", unset="every node")
+    max_inventory_age: float = flag(MAX_INVENTORY_AGE_S, kind=SECONDS, check=above(0),
+                                    help="not ready when the watch has been silent this long")
+    tls_reload_interval: float = flag(10.0, kind=SECONDS, check=above(0),
+                                      help="how often --tls-cert and --tls-key are checked for changes")
+    inventory_reload_interval: float = flag(5.0, kind=SECONDS, check=above(0),
+                                            help="how often --inventory is checked for changes")
+    log_level: str = log_level_flag()
 
-    def __post_init__(self) -> None:
-        if self.steer_max_nodes < 1:
-            raise UsageError(f"--steer-max-nodes {self.steer_max_nodes}: must be 1 or more")
+    def check(self) -> None:
         if self.inventory is not None and self.cluster.given:
             raise UsageError("--kubeconfig and --context watch the cluster: give them or --inventory, not both")
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> ServeConfig:
-        return cls(
-            tls_cert=args.tls_cert, tls_key=args.tls_key, tls_min_version=args.tls_min_version,
-            client_ca=args.client_ca, host=args.host, port=args.port,
-            metrics_port=args.metrics_port, inventory=args.inventory, cluster=ClusterFlags.from_args(args),
-            mode=args.mode, unknown=args.unknown, require=args.require, steer=args.steer,
-            steer_max_nodes=args.steer_max_nodes, max_images=args.max_images, node_selector=args.node_selector,
-            max_inventory_age=args.max_inventory_age, tls_reload_interval=args.tls_reload_interval,
-            inventory_reload_interval=args.inventory_reload_interval, log_level=args.log_level,
-        )
 
     @property
     def settings(self) -> Settings:

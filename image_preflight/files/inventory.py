@@ -21,6 +21,11 @@ def load_inventory_file(paths: Path | Sequence[Path], *, max_images: int | None 
             observed_at = path.stat().st_mtime
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(f"{path}: cannot read snapshot ({getattr(exc, 'strerror', None) or exc})") from None
+        head = text.lstrip()[:1]
+        if path.suffix.lower() == ".json" and head and head not in "{[":
+            # The format is told by content, but a file named .json that is not JSON is a mistake,
+            # not a text file of references.
+            raise InputError(f"{path}: not JSON (a .json snapshot starts with {{ or [), found {text.lstrip().splitlines()[0][:20]!r}")
         try:
             snapshot = load_snapshot(
                 text, source=str(path), observed_at=observed_at, max_images=max_images, node_name=path.stem

@@ -5,37 +5,26 @@ The flags cost no import of the client: a command's parser is built before anyth
 
 from __future__ import annotations
 
-import argparse
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from image_preflight.errors import InputError
+from image_preflight.flags import FILE, NAME, Flags, flag
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
 
 
-def add_cluster_arguments(parser: argparse.ArgumentParser, when: str = "") -> None:
-    """--kubeconfig and --context, worded alike for every command that talks to the cluster.
-    `when` prefixes the help (e.g. "without --inventory: ")."""
-    parser.add_argument("--kubeconfig", type=Path, metavar="FILE",
-                        help=f"{when}as kubectl's (default: in a pod its service account, else $KUBECONFIG or "
-                        "~/.kube/config)")
-    parser.add_argument("--context", metavar="NAME", help=f"{when}a context of the kubeconfig (default: its current one)")
-
-
 @dataclass(frozen=True)
-class ClusterFlags:
-    """What add_cluster_arguments parsed: the cluster a command talks to."""
+class ClusterFlags(Flags):
+    """--kubeconfig and --context, worded alike for every command that talks to the cluster (a
+    command's config holds them with flags_of, which may prefix a condition to their help)."""
 
-    kubeconfig: Path | None = None
-    context: str | None = None
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> ClusterFlags:
-        return cls(kubeconfig=args.kubeconfig, context=args.context)
+    kubeconfig: Path | None = flag(None, kind=FILE, help="as kubectl's",
+                                   unset="in a pod its service account, else $KUBECONFIG or ~/.kube/config")
+    context: str | None = flag(None, kind=NAME, help="a context of the kubeconfig", unset="its current one")
 
     @property
     def given(self) -> bool:
@@ -50,6 +39,12 @@ def api_client(kubeconfig: Path | None, *, context: str | None = None) -> ApiCli
     cluster; else the default kubeconfig ($KUBECONFIG or ~/.kube/config). `context` picks a
     context of the kubeconfig instead of its current one. InputError, naming the kubeconfig,
     when it cannot be used."""
+    if kubeconfig is not None:
+        # As kubectl (client-go's ClientConfigLoadingRules.Load): an explicit file must exist.
+        try:
+            kubeconfig.stat()
+        except OSError as exc:
+            raise InputError(f"{kubeconfig}: cannot read the kubeconfig ({exc.strerror or exc})") from None
     from kubernetes import client, config
 
     in_cluster = kubeconfig is None and context is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))

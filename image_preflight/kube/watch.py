@@ -33,8 +33,8 @@ PAGE = 500  # objects per list page for small objects (kubectl's chunk size)
 # watch began at (cacheWatcher.process), and none without the cache, so until a stream's first
 # bookmark a watch on objects nothing changes is rightly silent until the server ends it at
 # timeoutSeconds (endpoints/handlers/get.go handleWatch): that phase gets timeoutSeconds plus this.
-# Both stay below serve's --max-inventory-age (600 s), so one silent stream is replaced before the
-# replica turns unready. The answer to the watch request comes at once, so it gets this bound too.
+# Both stay below serve's --max-inventory-age (webhook/config.py), so one silent stream is replaced
+# before the replica turns unready. The answer to the watch request comes at once, so it gets this bound too.
 SILENCE_TIMEOUT_S = 90.0
 # client-go's reflector backs off to 30 s to spare a large apiserver from thousands of clients;
 # two webhook replicas cost nothing, and each second of backoff after an apiserver restart is a

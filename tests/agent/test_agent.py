@@ -15,7 +15,7 @@ from image_preflight.agent.cri import RuntimeImage
 from image_preflight.agent.inventory import (
     CHANGED, CREATE, fingerprint, image_dicts, node_images_object, publish_reason, sandbox_image_report)
 from image_preflight.agent.publisher import PublishError, Publisher
-from image_preflight.cli import build_parser, main
+from image_preflight.cli import main, parse_config
 from tests.containerd import SANDBOX_IMAGE as SANDBOX, manifest_digest, tag
 from tests.fake_apiserver import FakeApiServer
 from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, parse_time
@@ -97,8 +97,8 @@ def test_print_without_a_runtime_is_a_one_line_error(tmp_path, capsys):
     [
         (["--publish"], "--node: not given and NODE_NAME is not set"),
         (["--publish", "--node", NODE, "--interval", "100"], "below a third of --lease (100 s)"),
-        (["--publish", "--node", NODE, "--lease", "0"], "--lease: must be 1 to 3600 seconds, got 0"),
-        (["--publish", "--node", NODE, "--lease", "3601"], "--lease: must be 1 to 3600 seconds, got 3601"),
+        (["--publish", "--node", NODE, "--lease", "0"], "--lease 0: must be 1 to 3600"),
+        (["--publish", "--node", NODE, "--lease", "3601"], "--lease 3601: must be 1 to 3600"),
         (["--publish", "--node", NODE, "--pin-needed-images", "a/b", "--pin-max-bytes", "2 Gi"],
          "--pin-max-bytes: '2 Gi' is not a quantity of bytes"),
         (["--publish", "--node", NODE, "--cri-endpoint", "tcp://x:1"], "unsupported CRI endpoint"),
@@ -263,12 +263,13 @@ def test_the_published_object_fits_the_crd_and_loses_nothing_to_pruning():
             jsonschema.validate({**obj, "spec": {**obj["spec"], **broken}}, schema)
 
 
-def test_the_daemonset_runs_the_agent_on_the_mounted_socket_and_nothing_else_from_the_host():
+def test_the_daemonset_runs_the_agent_on_the_mounted_socket_and_nothing_else_from_the_host(monkeypatch):
+    monkeypatch.setenv("NODE_NAME", "cpu-1")  # the DaemonSet's, from spec.nodeName
     daemonset = manifest("DaemonSet")
     pod = daemonset["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    args = build_parser()[0].parse_args([*container["command"][1:], *container["args"]])
-    assert container["command"] == ["image-preflight"] and args.command == "agent" and args.publish
+    args = parse_config([*container["command"][1:], *container["args"]])
+    assert container["command"] == ["image-preflight"] and type(args).__name__ == "AgentConfig" and args.publish
     assert 0 < args.interval < args.lease / 3
     (mount,) = container["volumeMounts"]
     (volume,) = pod["volumes"]

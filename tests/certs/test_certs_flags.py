@@ -22,9 +22,11 @@ def test_the_flags_defaults_are_the_requests_and_every_key_kind_offered_makes_a_
 
 
 def test_the_config_names_the_flag_it_refuses(tmp_path):
-    with pytest.raises(UsageError, match=r"^--renew-before: 400 must be less than --days 365$"):
-        CertsConfig(CertRequest("gate", "jobs", renew_before_days=400), out_dir=tmp_path)
-    assert CertsConfig(CertRequest("gate", "jobs"), out_dir=tmp_path).secret_name == "gate-tls"
+    with pytest.raises(UsageError, match=r"^--renew-before 400: must be less than --days 365$"):
+        CertsConfig("gate", "jobs", tmp_path, renew_before=400)
+    with pytest.raises(UsageError, match=r"^--days 0: must be 1 or more$"):
+        CertsConfig("gate", "jobs", tmp_path, days=0)
+    assert CertsConfig("gate", "jobs", tmp_path).secret_named == "gate-tls"
 
 
 def test_a_bad_webhook_file_is_an_input_error_and_one_line_from_the_command(tmp_path, capsys):

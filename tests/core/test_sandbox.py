@@ -178,9 +178,11 @@ def test_the_scanner_drops_rows_for_a_node_without_its_sandbox_image_under_their
     no image the node holds goes to the build list (--missing-images)."""
     from image_preflight.scanner.judge import MISSING_IMAGE, NO_SANDBOX, verdict_of
 
-    halted = verdict_of(decide(pod(IMAGE), cluster(node("cpu-1", *HELD, sandbox=PAUSE)), now=NOW))
+    one = cluster(node("cpu-1", *HELD, sandbox=PAUSE))
+    halted = verdict_of(decide(pod(IMAGE), one, now=NOW), one, now=NOW)
     assert (halted.reason, halted.images, halted.nodes) == (NO_SANDBOX, (), ("cpu-1",))
     assert PAUSE in halted.detail and "ctr -n k8s.io images import" in halted.detail
     # Beside a node that truly lacks the image, only that node is named for it.
-    both = verdict_of(decide(pod(IMAGE), cluster(node("cpu-1", *HELD, sandbox=PAUSE), node("cpu-2")), now=NOW))
+    two = cluster(node("cpu-1", *HELD, sandbox=PAUSE), node("cpu-2"))
+    both = verdict_of(decide(pod(IMAGE), two, now=NOW), two, now=NOW)
     assert (both.reason, both.nodes) == (MISSING_IMAGE, ("cpu-2",))

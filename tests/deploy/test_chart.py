@@ -27,7 +27,7 @@ import yaml
 from cryptography import x509
 from kubernetes_validate.utils import latest_version
 
-from image_preflight.cli import build_parser
+from image_preflight.cli import build_parser, parse_config
 from image_preflight.doctor.findings import selects as selector_matches  # metav1.LabelSelector
 from image_preflight.core.decide.decision import DENY, decide
 from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
@@ -514,7 +514,7 @@ def test_the_network_policy_admits_the_sources_given_for_each_port():
 def test_deployment_arguments_are_valid_serve_flags_reading_the_mounted_secret():
     spec = _pod_spec(_docs("default"))
     container = spec["containers"][0]
-    args = build_parser()[0].parse_args(["serve", *container["args"]])
+    args = parse_config(["serve", *container["args"]])
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == "tls"]
     assert args.tls_cert == Path(mount["mountPath"]) / "tls.crt"
     assert args.tls_key == Path(mount["mountPath"]) / "tls.key"
@@ -535,7 +535,7 @@ def test_deployment_arguments_are_valid_serve_flags_reading_the_mounted_secret()
      {"tls_min_version": "1.2", "client_ca": Path("/etc/image-preflight/client-ca/ca.crt")}),
 ])
 def test_the_webhooks_values_become_its_flags(values, flags):
-    args = build_parser()[0].parse_args(["serve", *_pod_spec(_docs_with(values))["containers"][0]["args"]])
+    args = parse_config(["serve", *_pod_spec(_docs_with(values))["containers"][0]["args"]])
     assert {name: getattr(args, name) for name in flags} == flags
 
 
@@ -681,7 +681,7 @@ def test_steering_sends_pod_creates_to_mutate_like_the_validating_webhook():
         assert hook["timeoutSeconds"] <= 3
         assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
                                   "operations": ["CREATE"], "scope": "Namespaced"}]
-        args = build_parser()[0].parse_args(["serve", *_pod_spec(documents)["containers"][0]["args"]])
+        args = parse_config(["serve", *_pod_spec(documents)["containers"][0]["args"]])
         assert args.steer
         roles = [d for d in documents if d["kind"] in ("ClusterRole", "Role")]
         assert roles == [d for d in _docs("default") if d["kind"] in ("ClusterRole", "Role")]  # RBAC unchanged
@@ -696,8 +696,8 @@ def test_the_watchdog_watches_the_namespaces_the_webhook_checks(case):
     deployment = _one(documents, "Deployment", "image-preflight-watchdog")
     spec = deployment["spec"]["template"]["spec"]
     (container,) = spec["containers"]
-    args = build_parser()[0].parse_args([*container["command"][1:], *container["args"]])
-    assert args.command == "watchdog"
+    args = parse_config([*container["command"][1:], *container["args"]])
+    assert type(args).__name__ == "WatchdogConfig"
     selector = _webhook(documents)["namespaceSelector"]
     samples = [{"kubernetes.io/metadata.name": name, **labels}
                for name in ("rollouts", "kube-system", "monitoring", NAMESPACE, "default")
@@ -736,7 +736,7 @@ def label_selector_matches(selector: str, labels: dict) -> bool:
 def test_the_watchdog_s_values_become_its_flags():
     documents = _docs("everything")
     (container,) = _one(documents, "Deployment", "image-preflight-watchdog")["spec"]["template"]["spec"]["containers"]
-    args = build_parser()[0].parse_args([*container["command"][1:], *container["args"]])
+    args = parse_config([*container["command"][1:], *container["args"]])
     assert (args.grace, args.mode, args.include_always) == (30.0, "audit", True)
     assert not [d for d in _docs("minimal") if "watchdog" in d["metadata"]["name"]]
 
@@ -822,11 +822,12 @@ def test_the_quickstart_names_only_paths_that_exist_and_skips_only_lines_it_show
     assert "(docs/quickstart.md)" in readme_top
 
 
-def test_pinning_adds_the_flag_and_reads_the_needed_list_only():
+def test_pinning_adds_the_flag_and_reads_the_needed_list_only(monkeypatch):
+    monkeypatch.setenv("NODE_NAME", "cpu-1")  # the DaemonSet's, from spec.nodeName
     documents = _docs("default")
     daemonset = _one(documents, "DaemonSet", "image-preflight-agent")
     (container,) = daemonset["spec"]["template"]["spec"]["containers"]
-    args = build_parser()[0].parse_args([*container["command"][1:], *container["args"]])
+    args = parse_config([*container["command"][1:], *container["args"]])
     assert args.pin_needed_images == NEEDED_CONFIGMAP and args.publish
     role = _one(documents, "Role", "image-preflight-agent-needed-images")
     assert role["metadata"]["namespace"] == NEEDED_NAMESPACE == AGENT_NAMESPACE
@@ -840,15 +841,16 @@ def test_pinning_adds_the_flag_and_reads_the_needed_list_only():
         assert not [d for d in _docs(case) if d["kind"] == "ConfigMap"], case
     without = _docs_with({"agent": {"pinning": {"enabled": False}}})
     (container,) = _one(without, "DaemonSet", "image-preflight-agent")["spec"]["template"]["spec"]["containers"]
-    assert not build_parser()[0].parse_args([*container["command"][1:], *container["args"]]).pin_needed_images
+    assert not parse_config([*container["command"][1:], *container["args"]]).pin_needed_images
     assert not [d for d in without if d["metadata"]["name"] == "image-preflight-agent-needed-images"]
 
 
-def test_the_agents_values_become_its_flags_and_mount():
+def test_the_agents_values_become_its_flags_and_mount(monkeypatch):
+    monkeypatch.setenv("NODE_NAME", "cpu-1")  # the DaemonSet's, from spec.nodeName
     documents = _docs("everything")
     pod = _one(documents, "DaemonSet", "image-preflight-agent")["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    args = build_parser()[0].parse_args([*container["command"][1:], *container["args"]])
+    args = parse_config([*container["command"][1:], *container["args"]])
     assert (args.interval, args.lease, args.sandbox_image) == (20.0, 120, "registry.k8s.io/pause:3.10.1")
     (volume,) = pod["volumes"]
     assert volume["hostPath"] == {"path": "/run/k3s/containerd/containerd.sock", "type": "Socket"}
@@ -882,8 +884,8 @@ def test_helm_test_runs_doctor_against_an_opted_in_namespace_of_its_own():
     (pod,) = [d for d in documents if d["kind"] == "Pod"]
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     (container,) = pod["spec"]["containers"]
-    args = build_parser()[0].parse_args([*container["command"][1:], *container["args"]])
-    assert args.command == "doctor" and args.namespace == "image-preflight-test"
+    args = parse_config([*container["command"][1:], *container["args"]])
+    assert type(args).__name__ == "DoctorConfig" and args.namespace == "image-preflight-test"
     # The Service's address from its environment: a test Pod needs no cluster DNS.
     assert args.webhook_address == "$(IMAGE_PREFLIGHT_SERVICE_HOST):$(IMAGE_PREFLIGHT_SERVICE_PORT_HTTPS)"
     assert pod["spec"]["enableServiceLinks"] is True

@@ -128,9 +128,17 @@ def test_a_base_install_runs_the_scanner_and_names_the_extra_the_others_need(bas
     done = _run(cli, "scan", examples / "train.jsonl", "--image", "{{ input.image_name }}:openai",
                 "--inventory", examples / "nodes.json", cwd=shadowing)
     assert "kept" in done.stdout.lower() or "dropped" in done.stdout.lower(), done.stdout
+    runs = {"serve": ["--tls-cert", "c", "--tls-key", "k"], "certs": ["--service", "s", "--namespace", "n",
+            "--out-dir", "o"], "agent": ["--print", "--node", "n"], "inventory": ["dump"], "doctor": [], "watchdog": []}
     for command, extra in (("serve", "webhook"), ("certs", "webhook"), ("agent", "agent"), ("inventory", "kube"),
                            ("doctor", "kube"), ("watchdog", "watchdog")):
-        result = _run(cli, command, "--help", cwd=shadowing, check=False)
+        # The help is there without the extra, saying what the command needs; running it is refused.
+        helped = _run(cli, command, "--help", cwd=shadowing, check=False)
+        assert helped.returncode == 0 and helped.stdout.startswith(f"usage: image-preflight {command}"), helped
+        note = " ".join(helped.stdout.split("\n\n")[-1].split())
+        assert note == (f"Not runnable here: this command needs the '{extra}' extra (no module named "
+                        f"{note.split('no module named ')[1].split(')')[0]}): pip install 'image-preflight[{extra}]'."), note
+        result = _run(cli, command, *runs[command], cwd=shadowing, check=False)
         assert result.returncode == 2, (command, result.stdout, result.stderr)
         (line,) = result.stderr.strip().splitlines()
         assert f"needs the '{extra}' extra" in line and f"pip install 'image-preflight[{extra}]'" in line, line

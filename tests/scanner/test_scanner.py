@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from image_preflight.cli import main
+from image_preflight import load_inventory
 from image_preflight.scanner import filter_rows
+from image_preflight.scanner.judge import DROP_REASONS
 from image_preflight.core.decide.inventory import Inventory, NodeImages
 from tests.builders import SWE_TEMPLATE
 
@@ -49,14 +51,20 @@ def rows_of(*names):
 
 
 def summary(stdout: str) -> dict[str, dict[str, int]]:
-    """The summary table as {file: {column: count}}."""
-    lines = [line for line in stdout.splitlines() if line.count("┃") > 3 or line.count("│") > 3]
-    header = [cell.strip() for cell in re.split("[┃│]", lines[0])[1:-1]]
+    """The plain summary lines (stdout not a terminal) as {file: {count: n}}, every reason counted."""
     table = {}
-    for line in lines[1:]:
-        cells = [cell.strip() for cell in re.split("[┃│]", line)[1:-1]]
-        if len(cells) == len(header) and cells[0] and cells[1].isdigit():
-            table[cells[0]] = {column: int(value) for column, value in zip(header[1:], cells[1:])}
+    for line in stdout.splitlines():
+        found = re.fullmatch(r"scanned (.+): rows (\d+), kept (\d+)(?: \((\d+) unconfirmed\))?, dropped (\d+)"
+                             r"(?: \((.+)\))?", line)
+        if found is None:
+            continue
+        name, rows, kept, unconfirmed, dropped, reasons = found.groups()
+        counts = {"rows": int(rows), "kept": int(kept), "unconfirmed": int(unconfirmed or 0), "dropped": int(dropped)}
+        counts.update({reason: 0 for reason in DROP_REASONS})
+        for part in (reasons or "").split(", ") if reasons else ():
+            reason, count = part.rsplit(" ", 1)
+            counts[reason] = int(count)
+        table[name] = counts
     return table
 
 
@@ -103,7 +111,7 @@ def test_readme_command_drops_rows_whose_images_cpu_node_1_lacks(tmp_path, monke
     expected = {}
     for name in datasets:
         lines = (REPO / name).read_text().splitlines()
-        for number, line in enumerate(lines, start=1):
+        for number, line in enumerate(lines):  # rows numbered from 0
             row = json.loads(line)
             if "image_name" not in row:
                 expected[(name, number)] = ("unrenderable", [])
@@ -113,7 +121,7 @@ def test_readme_command_drops_rows_whose_images_cpu_node_1_lacks(tmp_path, monke
 
     written = json.loads(report.read_text())
     dropped = written["dropped"]
-    assert {(d["file"], d["line"]): (d["reason"], d["images"]) for d in dropped} == expected
+    assert {(d["file"], d["row"]): (d["reason"], d["images"]) for d in dropped} == expected
     assert all(d["nodes"] == ["cpu-node-1"] for d in dropped if d["reason"] == "missing")
     # One train row lacks problem_statement, printed only as text: kept, and counted.
     lacking = {f["file"]: f["kept_lacking"] for f in written["files"]}
@@ -164,7 +172,7 @@ def test_out_dir_gets_the_kept_rows_verbatim_in_order(work, capsys):
     out = capsys.readouterr().out
     table = summary(out)
     assert table["data/train.jsonl"] == {
-        "rows": 4, "kept": 3, "missing": 1, "unknown": 0, "unrenderable": 0, "invalid": 0, "no-eligible-node": 0,
+        "rows": 4, "kept": 3, "unconfirmed": 0, "dropped": 1, "missing": 1, "unknown": 0, "unrenderable": 0, "invalid": 0, "no-eligible-node": 0,
         "no-sandbox-image": 0,
     }
     assert table["data/val.json"]["kept"] == 1 and table["data/val.json"]["missing"] == 1
@@ -304,19 +312,27 @@ def test_report_lists_every_dropped_row(work, capsys):
                  "--report", "report.json", "--missing-images", "missing.txt"])
     assert code == 0
     report = json.loads((work / "report.json").read_text())
-    dropped = [{k: d[k] for k in ("file", "row", "line", "reason", "images", "nodes")} for d in report["dropped"]]
+    # Rows are numbered from 0, a blank line being no row, in the report as on stdout.
+    dropped = [{k: d[k] for k in ("file", "row", "reason", "images", "nodes")} for d in report["dropped"]]
+    assert all(set(d) <= {"file", "row", "reason", "images", "nodes", "detail"} for d in report["dropped"])
     assert dropped == [
-        {"file": "train.jsonl", "row": 1, "line": 3, "reason": "missing", "images": ["lost-a:openai"], "nodes": ["node-a"]},
-        {"file": "train.jsonl", "row": 2, "line": 4, "reason": "invalid", "images": ["Bad:openai"], "nodes": []},
-        {"file": "train.jsonl", "row": 3, "line": 5, "reason": "missing", "images": ["lost-b:openai"], "nodes": ["node-a"]},
-        {"file": "train.jsonl", "row": 4, "line": 6, "reason": "unrenderable", "images": [], "nodes": []},
-        {"file": "train.jsonl", "row": 5, "line": 7, "reason": "missing", "images": ["lost-a:openai"], "nodes": ["node-a"]},
+        {"file": "train.jsonl", "row": 1, "reason": "missing", "images": ["lost-a:openai"], "nodes": ["node-a"]},
+        {"file": "train.jsonl", "row": 2, "reason": "invalid", "images": ["Bad:openai"], "nodes": []},
+        {"file": "train.jsonl", "row": 3, "reason": "missing", "images": ["lost-b:openai"], "nodes": ["node-a"]},
+        {"file": "train.jsonl", "row": 4, "reason": "unrenderable", "images": [], "nodes": []},
+        {"file": "train.jsonl", "row": 5, "reason": "missing", "images": ["lost-a:openai"], "nodes": ["node-a"]},
     ]
     assert "input.image_name" in report["dropped"][3]["detail"]
     assert report["files"][0]["rows"] == 6 and report["files"][0]["kept"] == 1
-    assert (work / "missing.txt").read_text() == "lost-a:openai\nlost-b:openai\n"
+    # The build list names each image as the runtime does, as the pin list does.
+    assert (work / "missing.txt").read_text() == "docker.io/library/lost-a:openai\ndocker.io/library/lost-b:openai\n"
+    assert report["missing_images"] == [{"image": "docker.io/library/lost-a:openai", "rows": 2},
+                                        {"image": "docker.io/library/lost-b:openai", "rows": 1}]
     out = capsys.readouterr().out
-    assert "train.jsonl:6: unrenderable: field input.image_name: missing" in out
+    assert "dropped train.jsonl row 4: unrenderable: field input.image_name: missing\n" in out
+    # The Python API numbers them alike.
+    _, api_dropped = filter_rows(rows, template=TEMPLATE, inventory=load_inventory(work / "nodes.json"))
+    assert [index for index, _, _ in api_dropped] == [d["row"] for d in report["dropped"]]
 
 
 @pytest.mark.parametrize("option", ["--report", "--missing-images", "--needed-images"])
@@ -646,9 +662,9 @@ def test_unknown_extension_is_refused_before_anything_is_read(work, capsys):
 
 def test_template_and_image_are_exclusive(work, capsys):
     write_jsonl(work / "d.jsonl", rows_of("good"))
-    with pytest.raises(SystemExit) as raised:
-        main(["scan", "d.jsonl", "--image", IMAGE, "--template", "job.yaml", "--inventory", "nodes.json"])
-    assert raised.value.code == 2
+    assert main(["scan", "d.jsonl", "--image", IMAGE, "--template", "job.yaml", "--inventory", "nodes.json"]) == 2
+    assert one_line_error(capsys).strip() == ("image-preflight scan: argument --template: not allowed with argument --image "
+                                      "(see image-preflight scan --help)")
 
 
 def test_filter_rows_judges_agent_leases_at_the_current_time():

@@ -43,6 +43,10 @@ class Requirement(StrEnum):
     # so `serve --steer` decides Jobs and other templates by it, and `scan --steer` rows.
     ONE_NODE = "one-node"
 
+    def __repr__(self) -> str:
+        # As the API's signatures show their default: require='all', the value a caller passes.
+        return repr(self.value)
+
 
 # The members under the names the rules read (module globals: the decision's hot path).
 PRESENT, MISSING, UNKNOWN, NOT_CHECKED, INVALID = ImageStatus

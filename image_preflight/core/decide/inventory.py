@@ -105,6 +105,19 @@ class NodeImages:
         proves nothing (the image may have been imported since)."""
         return self.sandbox_missing if self.sandbox_missing is not None and self.current(now) else None
 
+    def inconclusive_because(self, now: float | None, key: str = "") -> str:
+        """Why `key` absent here proves nothing, in a few words ("" when it proves the node lacks it)."""
+        if self.capped:
+            return "list capped by nodeStatusMaxImages"
+        if not self.complete:
+            return "list partial"
+        if is_image_id(key) and not self.ids:
+            return "list names no image IDs"
+        if not self.current(now):
+            ahead = self.observed_at is not None and now is not None and self.observed_at - CLOCK_SKEW_S > now
+            return "list observed ahead of this clock" if ahead else "list's lease ran out"
+        return ""
+
     def conclusive(self, now: float | None, key: str = "") -> bool:
         """Whether `key` absent here means the node lacks the image. Node status lists names only
         (pkg/kubelet/nodestatus/setters.go, Images: RepoDigests and RepoTags), so an image ID is

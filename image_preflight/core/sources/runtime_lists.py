@@ -116,6 +116,9 @@ def sandbox_missing(spec: Mapping) -> str | None:
 # The longest lease a list may claim (the CRD's maximum too): a node that stopped keeps its list
 # current at most this long. The agent's default is 300.
 MAX_LEASE_S = 3600
+# The agent publishes again once less than this share of the lease remains: a missed cycle or a
+# slow apiserver then still leaves time to renew before readers see the list as stale.
+RENEW_WHEN_REMAINING = 1 / 3
 
 
 def node_images_from_runtime(obj: Mapping) -> NodeImages:

@@ -1,4 +1,5 @@
-"""The dropped rows of one file, kept compact: a million rows share a few thousand verdicts."""
+"""Rows of one file with their verdicts (the dropped ones, the ones kept unconfirmed), kept compact:
+a million rows share a few thousand verdicts."""
 
 from __future__ import annotations
 
@@ -8,19 +9,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from image_preflight.core.decide.inventory import image_key
 from image_preflight.scanner.judge import MISSING_IMAGE, RowVerdict
 
 
 @dataclass(frozen=True, slots=True)
-class DroppedRow:
+class RowRecord:
     file: str
-    row: int  # 0-based index among the file's rows
-    line: int | None  # JSONL line number
+    row: int  # 0-based index among the file's rows, in every format
     verdict: RowVerdict
 
 
-class DroppedRows(Sequence):
-    """A sequence of DroppedRow built on demand from row numbers and verdict codes."""
+class RowRecords(Sequence):
+    """A sequence of RowRecord built on demand from row numbers and verdict codes."""
 
     def __init__(
         self,
@@ -28,13 +29,12 @@ class DroppedRows(Sequence):
         rows: np.ndarray,
         codes: np.ndarray,
         verdicts: list[RowVerdict],
-        lines: Sequence[int] | None = None,
     ) -> None:
-        self.file, self.rows, self.codes, self.verdicts, self.lines = file, rows, codes, verdicts, lines
+        self.file, self.rows, self.codes, self.verdicts = file, rows, codes, verdicts
 
     @classmethod
-    def collect(cls, file: str, rows: list[int], verdicts: list[RowVerdict], lines: list[int] | None = None):
-        """From one verdict per dropped row (JSON datasets)."""
+    def collect(cls, file: str, rows: list[int], verdicts: list[RowVerdict]):
+        """From one verdict per row."""
         table: dict[int, int] = {}
         distinct: list[RowVerdict] = []
         codes = []
@@ -44,7 +44,7 @@ class DroppedRows(Sequence):
                 code = table[id(verdict)] = len(distinct)
                 distinct.append(verdict)
             codes.append(code)
-        return cls(file, np.asarray(rows, dtype=np.int64), np.asarray(codes, dtype=np.int64), distinct, lines)
+        return cls(file, np.asarray(rows, dtype=np.int64), np.asarray(codes, dtype=np.int64), distinct)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -54,10 +54,9 @@ class DroppedRows(Sequence):
             return [self[i] for i in range(*index.indices(len(self)))]
         if index < 0:
             index += len(self)
-        line = self.lines[index] if self.lines is not None else None
-        return DroppedRow(self.file, int(self.rows[index]), line, self.verdicts[int(self.codes[index])])
+        return RowRecord(self.file, int(self.rows[index]), self.verdicts[int(self.codes[index])])
 
-    def __iter__(self) -> Iterator[DroppedRow]:
+    def __iter__(self) -> Iterator[RowRecord]:
         return (self[i] for i in range(len(self)))
 
     def _per_verdict(self) -> np.ndarray:
@@ -74,10 +73,10 @@ class DroppedRows(Sequence):
         return sum(int(rows) for verdict, rows in zip(self.verdicts, self._per_verdict()) if matches(verdict))
 
     def missing_images(self) -> Counter:
-        """Each missing image with the number of rows it drops."""
+        """Each missing image, as the runtime names it (image_key), with the number of rows it drops."""
         counts: Counter = Counter()
         for verdict, rows in zip(self.verdicts, self._per_verdict()):
             if rows and verdict.reason == MISSING_IMAGE:
-                for image in verdict.images:
-                    counts[image] += int(rows)
+                for key in dict.fromkeys(image_key(image) for image in verdict.images):
+                    counts[key] += int(rows)
         return counts
