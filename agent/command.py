@@ -12,16 +12,12 @@ import threading
 import time
 
 from image_preflight.agent.config import AgentConfig
-from image_preflight.agent.cri import CRIError, ImageClient
+from image_preflight.agent.cri import ImageClient
 from image_preflight.agent.inventory import image_dicts, node_images_object, sandbox_image_report
-from image_preflight.errors import UsageError
 
 
 def run(config: AgentConfig) -> int:
-    try:
-        images = ImageClient(config.cri_endpoint)
-    except CRIError as exc:
-        raise UsageError(str(exc)) from None
+    images = ImageClient(config.cri_endpoint)  # CRIError: the runtime cannot be reached
     with images:
         if not config.publish:
             return _print(images, config.node, config.lease, config.sandbox_image)
@@ -29,11 +25,8 @@ def run(config: AgentConfig) -> int:
 
 
 def _print(images: ImageClient, node: str, lease: int, sandbox_fallback: str | None) -> int:
-    try:
-        listed = image_dicts(images.list_images())
-        sandbox = images.sandbox_image() or sandbox_fallback
-    except CRIError as exc:
-        raise UsageError(str(exc)) from None
+    listed = image_dicts(images.list_images())
+    sandbox = images.sandbox_image() or sandbox_fallback
     obj = node_images_object(node, listed, observed_at=time.time(), lease_seconds=lease,
                              sandbox_image=sandbox_image_report(sandbox, listed) if sandbox else None)
     json.dump(obj, sys.stdout, indent=2)

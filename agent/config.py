@@ -14,7 +14,7 @@ from image_preflight.errors import UsageError
 from image_preflight.flags import COUNT, IMAGE, NAME, SECONDS, Flags, Kind, at_least, flag, flags_of
 from image_preflight.kube.client import ClusterFlags
 
-DEFAULT_CRI_ENDPOINT = "unix:///run/containerd/containerd.sock"  # agent.cri.DEFAULT_ENDPOINT
+DEFAULT_CRI_ENDPOINT = "unix:///run/containerd/containerd.sock"  # containerd's own default
 
 
 # Kubernetes quantities' suffixes for bytes (k8s.io/apimachinery/pkg/api/resource). By hand: the

@@ -15,9 +15,9 @@ from typing import Any
 import grpc
 
 from image_preflight.agent import cri_pb2, cri_pb2_grpc
-from image_preflight.errors import PreflightError
+from image_preflight.errors import UnavailableError
+from image_preflight.agent.config import DEFAULT_CRI_ENDPOINT
 
-DEFAULT_ENDPOINT = "unix:///run/containerd/containerd.sock"
 # kubelet's CRI client limit; the gRPC default of 4 MiB is too small for nodes with
 # thousands of images.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
@@ -31,7 +31,7 @@ _CHANNEL_OPTIONS = (
 )
 
 
-class CRIError(PreflightError):
+class CRIError(UnavailableError):
     """The runtime could not be asked; the message is one line naming the endpoint."""
 
     def __init__(self, message: str, *, unimplemented: bool = False, not_found: bool = False) -> None:
@@ -89,7 +89,7 @@ def sandbox_image_from_info(info: Mapping[str, str]) -> str | None:
 class ImageClient:
     """Lists the runtime's images over one gRPC channel, kept open between calls."""
 
-    def __init__(self, endpoint: str = DEFAULT_ENDPOINT, *, timeout: float = 10.0) -> None:
+    def __init__(self, endpoint: str = DEFAULT_CRI_ENDPOINT, *, timeout: float = 10.0) -> None:
         if timeout <= 0:
             raise CRIError(f"CRI endpoint {endpoint}: timeout must be > 0, got {timeout}")
         self.endpoint = endpoint

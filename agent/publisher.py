@@ -21,7 +21,7 @@ from image_preflight.agent.inventory import image_dicts, node_images_object, pub
 from image_preflight.agent.pinner import Pinner
 from image_preflight.kube.watch import describe_error
 from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION
-from image_preflight.errors import PreflightError
+from image_preflight.errors import UnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ _MAX_ATTEMPTS = 5
 ETCD_REQUEST_LIMIT = int(1.5 * 1024 * 1024)
 
 
-class PublishError(PreflightError):
+class PublishError(UnavailableError):
     """The object could not be written; the message is one line naming it."""
 
 

@@ -10,13 +10,13 @@ import sys
 from image_preflight.certs.config import CertsConfig
 from image_preflight.certs.manifests import patch_webhook_file, tls_secret, to_yaml
 from image_preflight.certs.store import certificate_pem, ensure_certificates, private_key_pem
-from image_preflight.errors import UsageError
+from image_preflight.errors import InputError
 
 
 def run(config: CertsConfig) -> int:
     request = config.request
     if config.patch_webhook is not None and not config.patch_webhook.is_file():
-        raise UsageError(f"{config.patch_webhook}: no such file")
+        raise InputError(f"{config.patch_webhook}: no such file")
 
     files = ensure_certificates(config.out_dir, request, dt.datetime.now(dt.timezone.utc))
     for line in files.report:

@@ -11,18 +11,13 @@ from kubernetes.client.exceptions import ApiException
 
 from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
 from image_preflight.doctor.findings import WEBHOOK_NAME, WebhookTarget
-from image_preflight.errors import PreflightError
-from image_preflight.kube.cluster_inventory import KubeletUnread, NotServed, kubelet_reads, list_all
+from image_preflight.kube.cluster_inventory import KubeletUnread, NotServed, Unreadable, kubelet_reads, list_all
 from image_preflight.kube.watch import describe_error
 
 _TIMEOUT = (5.0, 30.0)
 _SUMMARY_TIMEOUT = (3.0, 15.0)  # the kubelet answers from cached stats; a silent one must not hold the doctor
 # An image reference no webhook decision can allow (a repository must be lower case).
 PROBE_IMAGE = "image-preflight-doctor/Probe:invalid"
-
-
-class Unreadable(PreflightError):
-    """A check's objects cannot be read (forbidden, not served); the message says which."""
 
 
 def _list(call, what: str) -> list[dict]:

@@ -1,11 +1,11 @@
 """`image-preflight`: one command, a subcommand per face of the tool.
 
-Each subcommand's flags live beside the library it drives, in `<face>/config.py` (`agent/dump_config.py`
-for `inventory`): `register(subparsers)` adds its parser, whose `run(args)` maps the flags onto a
-frozen config and hands it to the runner in `<face>/command.py`. A config module imports no heavy
+Each subcommand's flags live beside the library it drives, in `<face>/config.py`: `register(subparsers)`
+adds its parser, whose `run(args)` maps the flags onto a frozen config and hands it to the runner in
+`<face>/command.py` (inventory's two actions: dump.py, delete.py). A config module imports no heavy
 library, so building a parser costs little; only the chosen subcommand's is imported, and its runner
 (with the face's libraries) only when it runs. A subcommand whose extra is not installed is still
-listed, and says which extra to install.
+listed, answers --help, and says which extra to install.
 """
 
 from __future__ import annotations
@@ -19,33 +19,28 @@ import sys
 from typing import NamedTuple
 
 from image_preflight.errors import PreflightError
-
-# pyproject.toml's dependencies, as imported: without one of them the base install is incomplete.
-BASE_MODULES = ("jinja2", "yaml", "pyarrow", "numpy", "rich")
-
+from image_preflight.faces import BASE_MODULES, EXTRA_MODULES
 
 class Command(NamedTuple):
     module: str  # its flags and config; imports its runner when run
     extra: str  # the distribution's extra that installs its dependencies ("" for the base install)
-    needs: tuple[str, ...]  # modules that extra installs, looked up (not imported) before parsing
     summary: str
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """The modules its extra installs, looked up (not imported) before it runs."""
+        return EXTRA_MODULES[self.extra] if self.extra else ()
 
 
 COMMANDS = {
-    "scan": Command("image_preflight.scanner.config", "", (), "drop dataset rows whose images the nodes do not hold"),
-    "serve": Command("image_preflight.webhook.config", "webhook",
-                     ("kubernetes", "fastapi", "uvicorn", "uvloop", "orjson", "cryptography", "prometheus_client"),
-                     "run the validating admission webhook"),
-    "certs": Command("image_preflight.certs.config", "webhook", ("cryptography",),
-                     "create or renew the webhook's CA and certificate"),
-    "agent": Command("image_preflight.agent.config", "agent", ("kubernetes", "grpc", "google.protobuf"),
-                     "publish this node's complete image list"),
-    "inventory": Command("image_preflight.agent.dump_config", "kube", ("kubernetes",),
-                         "write the cluster's nodes and images"),
-    "watchdog": Command("image_preflight.watchdog.config", "watchdog", ("kubernetes", "prometheus_client"),
+    "scan": Command("image_preflight.scanner.config", "", "drop dataset rows whose images the nodes do not hold"),
+    "serve": Command("image_preflight.webhook.config", "webhook", "run the validating admission webhook"),
+    "certs": Command("image_preflight.certs.config", "webhook", "create or renew the webhook's CA and certificate"),
+    "agent": Command("image_preflight.agent.config", "agent", "publish this node's complete image list"),
+    "inventory": Command("image_preflight.inventory.config", "kube", "write the cluster's nodes and images"),
+    "watchdog": Command("image_preflight.watchdog.config", "watchdog",
                         "fail a Job whose Pod cannot get its node-local image"),
-    "doctor": Command("image_preflight.doctor.config", "kube", ("kubernetes",),
-                      "check the cluster end to end, each finding with its fix"),
+    "doctor": Command("image_preflight.doctor.config", "kube", "check the cluster end to end, each finding with its fix"),
 }
 
 

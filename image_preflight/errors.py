@@ -1,9 +1,13 @@
-"""Errors a user sees as one line.
+"""Errors a user sees as one line: the class says what happened, the message names where.
 
-Every error the project raises on purpose derives from PreflightError. InputError and its kin
-(also ValueError subclasses) are what the library raises for bad input; UsageError is the
-commands' own, raised only by a command's flag handling. The CLI shows either as one line and
-exits 2.
+    PreflightError                 every error image-preflight raises on purpose
+    ├── InputError (ValueError)    input that cannot be used: a file, a row, a field, an object
+    │   └── UsageError             the command line: a flag's value, or flags that cannot go together
+    └── UnavailableError           something the command needs cannot be reached or used: the
+                                   apiserver's objects, the runtime's socket, a port to listen on
+
+The library raises InputError's kin for bad input (each module's own class, derived from it); the
+CLI shows any of them as one line and exits 2.
 """
 
 
@@ -15,5 +19,9 @@ class InputError(PreflightError, ValueError):
     """Input that cannot be used; the message names the file, row or field."""
 
 
-class UsageError(PreflightError):
+class UsageError(InputError):
     """Bad usage of a command; the message names the flag or the file it was given."""
+
+
+class UnavailableError(PreflightError):
+    """What the command needs cannot be reached or used; the message names it and why."""

@@ -13,15 +13,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from image_preflight.core.sources.snapshots import SnapshotError, load_document
-from image_preflight.errors import UsageError
+from image_preflight.core.sources.snapshots import load_document
+from image_preflight.errors import InputError, UsageError
 from image_preflight.files.atomic import atomic_path
 from image_preflight.files.inventory import load_inventory_file
 from image_preflight.image_set import compact_inventory
 from image_preflight.scanner import datasets, output
 from image_preflight.scanner.config import ScanConfig
 from image_preflight.scanner.judge import RowJudge, make_template
-from image_preflight.scanner.render import TemplateError
 from image_preflight.scanner.scan import scan
 
 
@@ -125,26 +124,21 @@ def _cluster_inventory(config: ScanConfig, now: float):
         document = read_cluster(api, now=now, note=lambda text: print(f"image-preflight scan: {text}", file=sys.stderr))
     finally:
         api.close()
-    try:
-        inventory = load_document(document, source="the cluster", observed_at=now, max_images=config.max_images)
-    except SnapshotError as exc:
-        raise UsageError(str(exc)) from None
+    inventory = load_document(document, source="the cluster", observed_at=now, max_images=config.max_images)
     return compact_inventory(inventory)
 
 
 def _template(config: ScanConfig):
-    try:
-        if config.image is not None:
-            template = make_template(None, config.image)
-        else:
-            try:
-                text = config.template.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise UsageError(f"{config.template}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
-            template = make_template(text, None, name=str(config.template))
-        template.check()
-    except TemplateError as exc:
-        raise UsageError(str(exc)) from None
+    """The Job template; TemplateError (an InputError) when it cannot yield a Job at all."""
+    if config.image is not None:
+        template = make_template(None, config.image)
+    else:
+        try:
+            text = config.template.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"{config.template}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+        template = make_template(text, None, name=str(config.template))
+    template.check()
     return template
 
 

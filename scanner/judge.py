@@ -8,7 +8,16 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from image_preflight.scanner.slots import Shape, shape_of, substitute, survives_yaml
-from image_preflight.scanner.render import MISSING, JobTemplate, RowError, as_sent, image_template, lookup, reach
+from image_preflight.scanner.render import (
+    MISSING,
+    JobTemplate,
+    RowError,
+    TemplateError,
+    as_sent,
+    image_template,
+    lookup,
+    reach,
+)
 from image_preflight.core.decide import decision as core
 from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.admission.messages import sandbox_clauses
@@ -266,7 +275,7 @@ def _freeze(value: object) -> object:
 def make_template(template: str | None, image: str | None, *, name: str = "<template>") -> JobTemplate:
     """A JobTemplate from a template text or from an `--image` expression (exactly one)."""
     if (template is None) == (image is None):
-        raise ValueError("give exactly one of a template or an image expression")
+        raise TemplateError("give exactly one of a template or an image expression")
     if image is not None:
         return JobTemplate(image_template(image), name="--image")
     return JobTemplate(template, name=name)  # type: ignore[arg-type]

@@ -19,7 +19,7 @@ import yaml
 from jinja2 import nodes
 
 from image_preflight.core.decide.workloads import WorkloadError, pod_spec_of
-from image_preflight.errors import PreflightError
+from image_preflight.errors import InputError
 from image_preflight.scanner.slots import decision_fields, plan_slots
 from jinja2.utils import missing as _NO_PARENT
 
@@ -69,11 +69,11 @@ _marking: contextvars.ContextVar[bool] = contextvars.ContextVar("marking", defau
 _UNDEFINED_MARKER = "image-preflight-undefined-5d1f"
 
 
-class TemplateError(PreflightError, ValueError):
+class TemplateError(InputError):
     """The template cannot produce a rollout Job; the message names the file and line."""
 
 
-class RowError(PreflightError, ValueError):
+class RowError(InputError):
     """This row cannot be rendered into a Job; the message names the field."""
 
 

@@ -41,7 +41,7 @@ _AGENT_LIGHTNING = """
 import asyncio, json, logging, sys, time
 import structlog
 from omegaconf import OmegaConf
-from kr8s._exceptions import ServerError
+from kr8s import ServerError
 from agentlightning.controller import k8s_reconciler
 from agentlightning.controller.k8s_reconciler import K8sReconciler, build_job_spec
 from agentlightning.schemas import Rollout

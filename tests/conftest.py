@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from image_preflight.cli import main
+from image_preflight.faces import extra_top_levels
 from tests.chart import NAMESPACE, SERVICE
 
 # The top-level modules the extras bring; a plugin that cannot import one of them is left out.
-EXTRAS = frozenset({"grpc", "google", "kubernetes", "cryptography", "fastapi", "uvicorn", "prometheus_client",
-                    "orjson", "httpx", "kr8s"})
+EXTRAS = extra_top_levels()
 PLUGINS = ("tests.containerd", "tests.fake_apiserver", "tests.controlplane.cluster", "tests.node.real_node",
            "tests.node.preflight_image")
 # Fixtures that start the control plane or stand on the real node: a test using one is a cluster test.

@@ -13,7 +13,7 @@ import threading
 from prometheus_client import start_http_server
 
 from image_preflight.core.watchdog.stalls import Stalls
-from image_preflight.errors import UsageError
+from image_preflight.errors import UnavailableError
 from image_preflight.watchdog.actions import Actions
 from image_preflight.watchdog.config import WatchdogConfig
 from image_preflight.watchdog.metrics import Metrics
@@ -55,7 +55,7 @@ def start(config: WatchdogConfig, stop: threading.Event) -> list:
         try:
             httpd, _ = start_http_server(config.metrics_port, addr=config.host, registry=metrics.registry)
         except OSError as exc:
-            raise UsageError(f"--metrics-port {config.metrics_port}: cannot listen ({exc.strerror or exc})") from None
+            raise UnavailableError(f"--metrics-port {config.metrics_port}: cannot listen ({exc.strerror or exc})") from None
         stops.append(lambda: (httpd.shutdown(), httpd.server_close()))
     on_restart = lambda reason: metrics.watch_restarts.labels(reason).inc()  # noqa: E731
     for watcher in watchers(api, watchdog, namespace_selector=config.namespace_selector,

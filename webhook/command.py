@@ -11,7 +11,7 @@ from collections.abc import Callable
 import uvicorn
 from prometheus_client import start_http_server
 
-from image_preflight.errors import UsageError
+from image_preflight.errors import InputError, UnavailableError
 from image_preflight.webhook import logs
 from image_preflight.webhook.app import WebhookState, create_app
 from image_preflight.webhook.config import ServeConfig
@@ -57,17 +57,17 @@ def build_server(config: ServeConfig) -> WebhookServer:
     call stop_background)."""
     for path in (config.tls_cert, config.tls_key, *((config.client_ca,) if config.client_ca else ())):
         if not path.is_file():
-            raise UsageError(f"{path}: no such file")
+            raise InputError(f"{path}: no such file")
     if config.client_ca is not None:
         try:
             ssl.create_default_context(cafile=config.client_ca)
         except (OSError, ssl.SSLError) as exc:
-            raise UsageError(f"--client-ca {config.client_ca}: cannot load CA certificates ({exc})") from None
+            raise InputError(f"--client-ca {config.client_ca}: cannot load CA certificates ({exc})") from None
     try:
         tls = ReloadingContext(config.tls_cert, config.tls_key, interval=config.tls_reload_interval,
                                min_version=config.tls_min_version, client_ca=config.client_ca)
     except Exception as exc:
-        raise UsageError(f"{config.tls_cert}, {config.tls_key}: cannot load the certificate and key ({exc})") from None
+        raise InputError(f"{config.tls_cert}, {config.tls_key}: cannot load the certificate and key ({exc})") from None
     metrics = Metrics()
     source, age, ready, stop_source = _inventory_source(config, metrics)
     stops = [stop_source]
@@ -88,7 +88,7 @@ def build_server(config: ServeConfig) -> WebhookServer:
         except OSError as exc:
             stop_source()
             tls.stop()
-            raise UsageError(f"--metrics-port {config.metrics_port}: cannot listen ({exc.strerror or exc})") from None
+            raise UnavailableError(f"--metrics-port {config.metrics_port}: cannot listen ({exc.strerror or exc})") from None
         stops.append(lambda: (httpd.shutdown(), httpd.server_close()))
     return WebhookServer(_uvicorn_config(config, create_app(state), tls), tls, tuple(stops))
 

@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from image_preflight.core.sources.node_status import CAP_ANNOTATION
 from image_preflight.core.sources.runtime_lists import API_VERSION, GROUP, PLURAL, RUNTIME_KIND, VERSION, node_images_from_runtime
-from image_preflight.errors import InputError, PreflightError
+from image_preflight.errors import InputError, UnavailableError
 from image_preflight.kube.watch import describe_error
 
 Note = Callable[[str], None]
@@ -200,7 +200,11 @@ def _runtime_classes(api: kubernetes.client.ApiClient, note: Note) -> list[dict]
     return []
 
 
-class NotServed(PreflightError):
+class Unreadable(UnavailableError):
+    """The apiserver will not give these objects (forbidden, not served, failing); the message says which."""
+
+
+class NotServed(Unreadable):
     """The resource is not served (404 on list)."""
 
 

@@ -6,15 +6,10 @@ import re
 
 import pytest
 
-from image_preflight.agent import cri
-from image_preflight.agent.config import DEFAULT_CRI_ENDPOINT, AgentConfig
+from image_preflight.agent.config import AgentConfig
 from image_preflight.cli import build_parser
 from image_preflight.errors import UsageError
 from image_preflight.kube.client import ClusterFlags
-
-
-def test_the_default_endpoint_is_the_cri_clients():
-    assert DEFAULT_CRI_ENDPOINT == cri.DEFAULT_ENDPOINT
 
 
 def test_the_flags_map_onto_the_config(monkeypatch):

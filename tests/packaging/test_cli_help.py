@@ -30,8 +30,8 @@ MINIMAL = {
     "certs": (["--service", "s", "--namespace", "n", "--out-dir", "o"], "image_preflight.certs.config:CertsConfig",
               {"service": "s", "namespace": "n", "out_dir": Path("o")}),
     "agent": (["--print", "--node", "n"], "image_preflight.agent.config:AgentConfig", {"node": "n", "print_once": True}),
-    "inventory dump": ([], "image_preflight.agent.dump_config:DumpConfig", {}),
-    "inventory delete": ([], "image_preflight.agent.dump_config:DeleteConfig", {}),
+    "inventory dump": ([], "image_preflight.inventory.config:DumpConfig", {}),
+    "inventory delete": ([], "image_preflight.inventory.config:DeleteConfig", {}),
     "watchdog": ([], "image_preflight.watchdog.config:WatchdogConfig", {}),
     "doctor": ([], "image_preflight.doctor.config:DoctorConfig", {}),
 }

@@ -4,6 +4,7 @@ them: one list of faces, no import loop, light parsers, one error base."""
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import inspect
 import pkgutil
 import re
@@ -17,15 +18,15 @@ from pathlib import Path
 import pytest
 
 import image_preflight
-from image_preflight.cli import BASE_MODULES, COMMANDS
-from image_preflight.errors import PreflightError
-from image_preflight.faces import FACES
+from image_preflight.cli import COMMANDS
+from image_preflight.errors import InputError, PreflightError, UnavailableError, UsageError
+from image_preflight.faces import BASE_MODULES, EXTRA_MODULES, FACES
 
 ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 # What no parser may load: the libraries each runner imports when it runs.
-HEAVY = ("kubernetes", "uvicorn", "fastapi", "grpc", "cryptography", "prometheus_client", "pyarrow", "numpy", "jinja2",
-         "yaml")
+HEAVY = tuple(sorted({m for modules in EXTRA_MODULES.values() for m in modules} | set(BASE_MODULES)
+                     - {"rich", "pytest"}))
 
 
 def test_the_faces_are_pyprojects_package_dirs_and_packages():
@@ -93,7 +94,8 @@ def test_building_and_parsing_a_command_loads_no_other_face_and_no_heavy_library
     assert done.returncode == 0, done.stderr
     loaded = set(done.stdout.split())
     own = COMMANDS[command].module.split(".")[1]
-    assert {m for m in loaded if m.partition(".")[0] in HEAVY} == set()
+    # (Looking up google.protobuf imports the empty google namespace, not protobuf.)
+    assert {m for m in loaded if m in HEAVY or m.startswith(tuple(f"{h}." for h in HEAVY))} == set()
     other_faces = {f for f in FACES if f != own}
     assert {m for m in loaded if m.startswith("image_preflight.") and m.split(".")[1] in other_faces} == set()
 
@@ -130,13 +132,41 @@ def test_the_base_modules_are_pyprojects_dependencies():
     assert {_distribution(m) for m in BASE_MODULES} == dependencies
 
 
+def _with_dependencies(names: set[str]) -> set[str]:
+    """`names` and what they install in turn, as the installed distributions declare it."""
+    found, todo = set(), list(names)
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        found.add(name)
+        try:
+            requirements = importlib.metadata.requires(name) or ()
+        except importlib.metadata.PackageNotFoundError:  # for another Python (a marker): not here
+            continue
+        for requirement in requirements:
+            if "extra ==" not in requirement:
+                todo.append(_normal(re.match(r"[A-Za-z0-9_.-]+", requirement).group(0)))
+    return found
+
+
+@pytest.mark.parametrize("extra", sorted(EXTRA_MODULES))
+def test_each_extras_modules_are_what_pyproject_installs_for_it(extra):
+    """faces.EXTRA_MODULES, the one list the CLI and the tests read, against pyproject.toml."""
+    modules = {_distribution(m) for m in EXTRA_MODULES[extra]}
+    assert modules <= _with_dependencies(_requirements(extra)), modules - _requirements(extra)
+    own = {_normal(re.match(r"[A-Za-z0-9_.-]+", r).group(0)) for r in PYPROJECT["project"]["optional-dependencies"][extra]
+           if not r.startswith("image-preflight[")}
+    assert own <= modules | _with_dependencies(modules), own - modules
+
+
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 def test_what_a_command_needs_is_what_its_extra_installs(command):
     spec = COMMANDS[command]
     if not spec.extra:
         assert spec.needs == ()
         return
-    assert spec.needs and {_distribution(m) for m in spec.needs} <= _requirements(spec.extra)
+    assert spec.needs and {_distribution(m) for m in spec.needs} <= _with_dependencies(_requirements(spec.extra))
 
 
 def _modules():
@@ -157,3 +187,8 @@ def test_every_public_error_class_derives_from_preflight_error():
     assert {"image_preflight.errors.InputError", "image_preflight.agent.cri.CRIError",
             "image_preflight.core.decide.workloads.WorkloadError"} <= set(errors)
     assert sorted(name for name, cls in errors.items() if not issubclass(cls, PreflightError)) == []
+    # Each on one branch of the tree errors.py draws: bad input (flags among it), or a need unmet.
+    branches = (InputError, UnavailableError)
+    assert sorted(name for name, cls in errors.items()
+                  if cls is not PreflightError and not issubclass(cls, branches)) == []
+    assert issubclass(UsageError, InputError) and issubclass(errors["image_preflight.agent.cri.CRIError"], UnavailableError)

@@ -10,11 +10,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+from image_preflight.faces import extra_top_levels
+
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 # What the extras bring (top-level import names); the base install has none of them.
-EXTRAS = ("grpc", "google", "kubernetes", "kubernetes_validate", "kr8s", "cryptography", "fastapi", "starlette",
-          "uvicorn", "uvloop", "httptools", "httpx", "orjson", "prometheus_client", "jsonschema")
+EXTRAS = tuple(sorted(extra_top_levels() - {"pytest"}))
 
 
 def imported_modules(path: Path) -> list[tuple[int, str]]:

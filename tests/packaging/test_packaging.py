@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from image_preflight.cli import COMMANDS
 from image_preflight.faces import FACES
 
 ROOT = Path(__file__).resolve().parents[2]
-SUBCOMMANDS = ("scan", "serve", "certs", "agent", "inventory", "doctor", "watchdog")
+SUBCOMMANDS = tuple(COMMANDS)
 # Training stacks pin these low; the agent's CRI stubs must run at the floors.
 OLD_PINS = ("protobuf<5", "grpcio<1.60")
 FLOOR_PINS = ("protobuf==3.20.3", "grpcio==1.49.1")

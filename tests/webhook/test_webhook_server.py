@@ -22,7 +22,7 @@ import pytest
 from image_preflight.certs.authority import issue_serving_cert, new_private_key
 from image_preflight.certs.store import CertRequest, certificate_pem, ensure_certificates, private_key_pem
 from image_preflight.files.atomic import write_atomic
-from image_preflight.errors import InputError, UsageError
+from image_preflight.errors import InputError, UnavailableError
 from tests.agent_lightning import fails_at_once
 from tests.builders import ABSENT, EXAMPLE_NODES, missing_job_review, pod_spec, review, three_nodes, workload
 from image_preflight.core.admission.review import Settings
@@ -117,12 +117,12 @@ def test_curl_reaches_the_webhook_by_its_service_name(example_webhook, tmp_path)
     assert wrong.returncode != 0 and "certificate" in wrong.stderr.lower()
 
 
-def test_unusable_files_and_ports_are_one_line_usage_errors(tmp_path):
+def test_unusable_files_are_input_errors_and_a_busy_port_unavailable(tmp_path):
     certs = tmp_path / "certs"
     issue_certificates(certs)
     inventory = ("--inventory", str(EXAMPLE_NODES), "--metrics-port", "0")
 
-    with pytest.raises(UsageError, match="no-such.crt: no such file"):
+    with pytest.raises(InputError, match="no-such.crt: no such file"):
         build_server(serve_args(certs, *inventory, "--tls-cert", str(tmp_path / "no-such.crt")))
 
     broken = tmp_path / "nodes.json"
@@ -132,14 +132,14 @@ def test_unusable_files_and_ports_are_one_line_usage_errors(tmp_path):
 
     other = tmp_path / "other"
     issue_certificates(other)
-    with pytest.raises(UsageError, match="cannot load the certificate and key"):
+    with pytest.raises(InputError, match="cannot load the certificate and key"):
         build_server(serve_args(certs, *inventory, "--tls-key", str(other / "tls.key")))
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = str(busy.getsockname()[1])
-        with pytest.raises(UsageError, match=f"--metrics-port {port}: cannot listen"):
+        with pytest.raises(UnavailableError, match=f"--metrics-port {port}: cannot listen"):
             build_server(serve_args(certs, "--inventory", str(EXAMPLE_NODES), "--metrics-port", port))
 
 

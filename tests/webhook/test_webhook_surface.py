@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from image_preflight.errors import UsageError
+from image_preflight.errors import InputError
 from image_preflight.webhook import app
 from image_preflight.webhook.app import parse_timeout
 from image_preflight.webhook.command import build_server
@@ -143,10 +143,10 @@ def test_with_client_ca_only_the_apiservers_certificate_is_answered_and_probes_s
         webhook.post(missing_job_review(), connection=forged)
 
 
-def test_an_unreadable_client_ca_is_a_one_line_usage_error(tmp_path):
+def test_an_unreadable_client_ca_is_a_one_line_input_error(tmp_path):
     certs = tmp_path / "certs"
     issue_certificates(certs)
     (tmp_path / "ca.pem").write_text("not a certificate\n")
-    with pytest.raises(UsageError, match=r"^--client-ca .*ca.pem: cannot load CA certificates"):
+    with pytest.raises(InputError, match=r"^--client-ca .*ca.pem: cannot load CA certificates"):
         build_server(serve_args(certs, "--inventory", str(EXAMPLE_NODES), "--metrics-port", "0",
                                 "--client-ca", str(tmp_path / "ca.pem")))

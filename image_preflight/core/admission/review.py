@@ -23,7 +23,7 @@ from image_preflight.core.decide.workloads import (
     WorkloadError,
     pod_spec_of,
 )
-from image_preflight.errors import PreflightError
+from image_preflight.errors import InputError
 
 API_VERSION = "admission.k8s.io/v1"
 
@@ -73,7 +73,7 @@ MAX_DEPTH = 100
 LOGGED_IMAGES, LOGGED_CHARS = 20, 512
 
 
-class BadReview(PreflightError, ValueError):
+class BadReview(InputError):
     """Not an AdmissionReview this webhook can answer (HTTP 400)."""
 
 

@@ -19,7 +19,7 @@ import functools
 import re
 from dataclasses import dataclass
 
-from image_preflight.errors import PreflightError
+from image_preflight.errors import InputError
 
 NAME_TOTAL_LENGTH_MAX = 255  # RepositoryNameTotalLengthMax
 DEFAULT_DOMAIN = "docker.io"
@@ -73,7 +73,6 @@ def _compile(pattern: str) -> re.Pattern[str]:
 
 
 # All anchored: Go's anchored variants, or Go's exported ones wrapped in ^...$ as its tests do.
-DOMAIN_RE = _compile(_anchored(_DOMAIN_AND_PORT))
 TAG_RE = _compile(_anchored(_TAG))
 DIGEST_RE = _compile(_anchored(_DIGEST))
 IDENTIFIER_RE = _compile(_anchored(_IDENTIFIER))
@@ -100,7 +99,7 @@ _MESSAGES = {
 }
 
 
-class InvalidReference(PreflightError, ValueError):
+class InvalidReference(InputError):
     """`ref` is not a valid image reference.
 
     `error` is the Go error name ("ErrReferenceInvalidFormat", "digest.ErrDigestUnsupported",
@@ -387,40 +386,6 @@ def docker_ref(ref: str, allow_sha512: bool) -> str:
     return str(_parse_docker_ref(ref, allow_sha512))
 
 
-def parse_docker_ref(ref: str, *, allow_sha512: bool = True) -> Reference:
-    """reference.ParseDockerRef as a Reference."""
-    return _parse_docker_ref(_require_str(ref), allow_sha512)
-
-
 def familiar(ref: str, *, allow_sha512: bool = True) -> str:
     """FamiliarString(ParseNormalizedNamed(ref)): "docker.io/library/ubuntu:1" -> "ubuntu:1"."""
     return str(_familiarize(parse_normalized(ref, allow_sha512=allow_sha512)))
-
-
-def familiar_name(ref: str, *, allow_sha512: bool = True) -> str:
-    """FamiliarName(ParseNormalizedNamed(ref)): the familiar name without tag or digest."""
-    return _familiarize(parse_normalized(ref, allow_sha512=allow_sha512)).name
-
-
-def with_default_tag(ref: str, *, allow_sha512: bool = True) -> str:
-    """TagNameOnly(ParseNormalizedNamed(ref)).String()."""
-    return str(_tag_name_only(parse_normalized(ref, allow_sha512=allow_sha512)))
-
-
-def parse_named(ref: str, *, allow_sha512: bool = True) -> Reference:
-    """reference.ParseNamed: ParseNormalizedNamed, and only for an already canonical input."""
-    named = parse_normalized(ref, allow_sha512=allow_sha512)
-    if str(named) != ref:
-        raise InvalidReference(ref, "ErrNameNotCanonical")
-    return named
-
-
-def parse_any(ref: str, *, allow_sha512: bool = True) -> str:
-    """reference.ParseAnyReference(ref).String(): a bare 64-hex id or a valid digest gives
-    "sha256:<hex>" / the digest, anything else ParseNormalizedNamed."""
-    _require_str(ref)
-    if IDENTIFIER_RE.fullmatch(ref) is not None:
-        return "sha256:" + ref
-    if _digest_error(ref, allow_sha512) is None:
-        return ref
-    return normalize(ref, allow_sha512=allow_sha512)

@@ -21,7 +21,7 @@ from image_preflight.core.decide.scheduling import (
     parse_string_map,
     parse_tolerations,
 )
-from image_preflight.errors import PreflightError
+from image_preflight.errors import InputError
 
 KIND = "RuntimeClass"  # node.k8s.io/v1
 
@@ -36,7 +36,7 @@ class RuntimeClassScheduling:
         object.__setattr__(self, "tolerations", tuple(self.tolerations))
 
 
-class RuntimeClassConflict(PreflightError, ValueError):
+class RuntimeClassConflict(InputError):
     """The apiserver forbids the pod; the message is the plugin's own."""
 
 

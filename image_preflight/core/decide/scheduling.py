@@ -14,10 +14,9 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
-from image_preflight.errors import PreflightError
+from image_preflight.errors import InputError
 
 NO_SCHEDULE = "NoSchedule"
-PREFER_NO_SCHEDULE = "PreferNoSchedule"
 NO_EXECUTE = "NoExecute"
 TAINT_UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
 
@@ -28,7 +27,7 @@ REASON_AFFINITY = "node(s) didn't match Pod's node affinity/selector"
 _REQUIRED_PATH = ".affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
 
 
-class SchedulingSpecError(PreflightError, ValueError):
+class SchedulingSpecError(InputError):
     """A pod spec or node object whose scheduling fields cannot be read (wrong types)."""
 
 

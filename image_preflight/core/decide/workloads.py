@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from image_preflight.core.decide.references import InvalidReference, parse_normalized
-from image_preflight.errors import PreflightError
+from image_preflight.errors import InputError
 
 ALWAYS, IF_NOT_PRESENT, NEVER = "Always", "IfNotPresent", "Never"
 PULL_POLICIES = (ALWAYS, IF_NOT_PRESENT, NEVER)
@@ -30,7 +30,7 @@ _POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
 WORKLOAD_KINDS = frozenset(_POD_SPEC_PATHS)
 
 
-class WorkloadError(PreflightError, ValueError):
+class WorkloadError(InputError):
     """The object cannot be read as a workload; the message names the field."""
 
 

@@ -20,7 +20,7 @@ from image_preflight.core.decide.runtime_classes import KIND as RUNTIME_CLASS_KI
 from image_preflight.core.decide.runtime_classes import runtime_class_from_object
 from image_preflight.core.sources.runtime_lists import RUNTIME_KIND, image_id, image_names, node_images_from_runtime, string
 from image_preflight.core.decide.scheduling import SchedulingSpecError
-from image_preflight.errors import PreflightError
+from image_preflight.errors import InputError
 
 # What an item without a kind is: the apiserver leaves kind out of list items.
 _ITEM_KINDS = {"NodeList": "Node", "NodeImagesList": RUNTIME_KIND, "RuntimeClassList": RUNTIME_CLASS_KIND}
@@ -29,7 +29,7 @@ _ITEM_KINDS = {"NodeList": "Node", "NodeImagesList": RUNTIME_KIND, "RuntimeClass
 _MESSAGE_MAX = 1000  # characters; a message quoting a megabyte string must still be a line to read
 
 
-class SnapshotError(PreflightError, ValueError):
+class SnapshotError(InputError):
     """The snapshot cannot be read; the message names the source and the line or field.
 
     Always one printable line of bounded length, whatever the file held (newlines, lone

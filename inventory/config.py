@@ -1,5 +1,5 @@
 """`image-preflight inventory`'s flags and the frozen configs they map onto: `dump` (the runner is
-dump_command.run) and `delete` (delete_command.run)."""
+dump.run) and `delete` (delete.run)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def register(subparsers, epilog: str | None = None) -> None:
     parser = subparsers.add_parser("inventory", help="snapshots of the cluster's node inventory", epilog=epilog)
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     add_command(
-        actions, "dump", DumpConfig, "image_preflight.agent.dump_command",
+        actions, "dump", DumpConfig, "image_preflight.inventory.dump",
         epilog=epilog,
         help="write every Node, NodeImages and RuntimeClass as one List for offline scans",
         description="Write the cluster's Nodes (with each kubelet's nodeStatusMaxImages where its configz "
@@ -25,7 +25,7 @@ def register(subparsers, epilog: str | None = None) -> None:
         "the snapshot `image-preflight scan --inventory` and `serve --inventory` read.",
     )
     add_command(
-        actions, "delete", DeleteConfig, "image_preflight.agent.delete_command",
+        actions, "delete", DeleteConfig, "image_preflight.inventory.delete",
         epilog=epilog,
         help="delete every NodeImages object, once the node agents are gone",
         description="Delete the node agents' NodeImages objects, as the Helm chart's uninstall hook does: "

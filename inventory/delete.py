@@ -1,5 +1,5 @@
 """`image-preflight inventory delete`: the node agents' NodeImages objects deleted once the agents
-are gone, as the Helm chart's uninstall hook runs it. The runner: agent/dump_config.py holds the
+are gone, as the Helm chart's uninstall hook runs it. The runner: inventory/config.py holds the
 flags and the config they map onto."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import sys
 import time
 
-from image_preflight.agent.dump_config import DeleteConfig
+from image_preflight.inventory.config import DeleteConfig
 from image_preflight.kube.cluster_inventory import delete_node_images
 
 

@@ -4,7 +4,7 @@ A `kind: List` holding every Node (scheduling traits, node status' capped image 
 kubelet's nodeStatusMaxImages where configz may be read), every current NodeImages object (the
 agents' complete lists) and every RuntimeClass (the scheduling a pod naming one gains), which
 `scan --inventory` and `serve --inventory` read as they are (see image_preflight.kube.cluster_inventory).
-The runner: agent/dump_config.py holds the flags and the config they map onto.
+The runner: inventory/config.py holds the flags and the config they map onto.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import sys
 import time
 
-from image_preflight.agent.dump_config import DumpConfig
+from image_preflight.inventory.config import DumpConfig
 from image_preflight.core.sources.runtime_lists import RUNTIME_KIND
 from image_preflight.files.atomic import write_atomic
 from image_preflight.kube.cluster_inventory import read_cluster
