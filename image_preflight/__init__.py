@@ -37,8 +37,9 @@ if not (_HERE / "scanner").is_dir() and (_HERE.parent / "pyproject.toml").is_fil
 _EXPORTS = {
     "load_inventory": "image_preflight.api",
     "decide": "image_preflight.api",
-    "filter_rows": "image_preflight.api",
-    "needed_images": "image_preflight.api",
+    "filter_rows": "image_preflight.scanner.rows",
+    "needed_images": "image_preflight.scanner.rows",
+    "judge_rows": "image_preflight.scanner.rows",
     "Inventory": "image_preflight.core.decide.inventory",
     "NodeImages": "image_preflight.core.decide.inventory",
     "Decision": "image_preflight.core.decide.decision",
@@ -49,7 +50,8 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from image_preflight.api import decide, filter_rows, load_inventory, needed_images
+    from image_preflight.api import decide, load_inventory
+    from image_preflight.scanner.rows import filter_rows, judge_rows, needed_images
     from image_preflight.core.decide.decision import Decision, ImageVerdict
     from image_preflight.core.decide.inventory import Inventory, NodeImages
     from image_preflight.errors import InputError

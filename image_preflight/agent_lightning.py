@@ -73,7 +73,8 @@ def filter_datasets(config: object, train: Sequence[Mapping], val: Sequence[Mapp
     images. `inventory`: an Inventory, snapshot file(s) (`image-preflight inventory dump` output),
     or None to read the cluster. InputError (a ValueError, one line) for a missing template or
     inventory, or a split left with no row."""
-    from image_preflight.api import filter_rows, load_inventory
+    from image_preflight.api import load_inventory
+    from image_preflight.scanner.rows import judge_rows
 
     path = template_path(config)
     try:
@@ -88,11 +89,13 @@ def filter_datasets(config: object, train: Sequence[Mapping], val: Sequence[Mapp
         nodes = load_inventory(inventory, max_images=max_images)
     kept_splits = []
     for split, rows in (("train", train), ("val", val)):
-        kept, dropped = filter_rows(rows, template=template, inventory=nodes, keep_unknown=keep_unknown)
-        for index, _row, verdict in dropped:
-            log.warning("%s row %d dropped: %s %s%s", split, index, verdict.reason, ", ".join(verdict.images),
-                        f" ({verdict.detail})" if verdict.detail else "")
-        log.info("%s: kept %d of %d rows", split, len(kept), len(rows))
+        result = judge_rows(rows, template=template, inventory=nodes, keep_unknown=keep_unknown)
+        kept = result.kept
+        for what, judged in (("dropped", result.dropped), ("kept unconfirmed", result.unconfirmed)):
+            for index, _row, verdict in judged:
+                log.warning("%s row %d %s: %s %s%s", split, index, what, verdict.reason, ", ".join(verdict.images),
+                            f" ({verdict.detail})" if verdict.detail else "")
+        log.info("%s: kept %d of %d rows (%d unconfirmed)", split, len(kept), len(rows), len(result.unconfirmed))
         if not kept:
             raise InputError(f"{split}: every one of its {len(rows)} rows was dropped (their images are not on the "
                              "nodes rollouts land on); agent-lightning needs a non-empty dataset: see the log above")

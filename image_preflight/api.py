@@ -7,6 +7,8 @@
                                                 inventory=inventory)
     pin = image_preflight.needed_images(rows, image="{{ input.image_name }}:openai", inventory=inventory)
 
+filter_rows, needed_images and judge_rows (all three in one pass) are image_preflight.scanner.rows'.
+
 Bad input raises a ValueError subclass whose message names the file, row or field.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Union
 
@@ -52,34 +54,3 @@ def decide(workload_or_pod_spec: Mapping, inventory: Inventory, *, require: str 
     spec = pod_spec_of(workload_or_pod_spec) if kind in WORKLOAD_KINDS else workload_or_pod_spec
     return core.decide(spec, inventory, require=require, now=time.time() if now is None else now,
                        kind=kind if kind in WORKLOAD_KINDS else "Pod")
-
-
-def filter_rows(rows: Iterable[Mapping], *, template: str | None = None, image: str | None = None,
-                inventory: Inventory, require: str = core.REQUIRE_ALL, keep_unknown: bool = False):
-    """Split dataset rows into those whose rollout Job would find its images and those that would
-    not, rendering `template` (the Job template text, as agent-lightning renders it) or `image` (a
-    one-container shortcut such as '{{ input.image_name }}:openai') for each row.
-
-    Returns (kept rows, [(index, row, RowVerdict), ...]), each index counted from 0, as
-    `image-preflight scan` numbers rows. With `keep_unknown`, rows whose images no list can confirm
-    are kept. Raises TemplateError (a ValueError) when the template cannot yield a Job at all.
-    """
-    from image_preflight.scanner.judge import filter_rows as scan_rows
-
-    return scan_rows(rows, template=template, image=image, inventory=inventory, require=require,
-                     keep_unknown=keep_unknown)
-
-
-def needed_images(rows: Iterable[Mapping], *, template: str | None = None, image: str | None = None,
-                  inventory: Inventory, require: str = core.REQUIRE_ALL, keep_unknown: bool = False) -> list[str]:
-    """The distinct images of the rows filter_rows keeps with the same arguments: the
-    IfNotPresent/Never images their Jobs' pods ask the nodes for (init containers included), each
-    as the runtime resolves it ('docker.io/library/foo:openai'), sorted. The lines of
-    `image-preflight scan --needed-images`, for the node agent to pin (docs/agent.md).
-
-    Raises TemplateError (a ValueError) when the template cannot yield a Job at all.
-    """
-    from image_preflight.scanner.judge import needed_images as scan_needed
-
-    return scan_needed(rows, template=template, image=image, inventory=inventory, require=require,
-                       keep_unknown=keep_unknown)

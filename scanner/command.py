@@ -46,7 +46,7 @@ def run(config: ScanConfig) -> int:
             needed = staged.enter_context(atomic_path(config.needed_images)) if config.needed_images else None
             with _progress() as progress:
                 result = scan(list(config.datasets), judge, out_dir=config.out_dir, progress=progress,
-                              protect=other_inputs, needed=config.needed_images is not None)
+                              protect=other_inputs)
             if report is not None:
                 Path(report).write_text(output.report_text(result), encoding="utf-8")
             if missing is not None:

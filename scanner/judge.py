@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -21,7 +20,6 @@ from image_preflight.scanner.render import (
 from image_preflight.core.decide import decision as core
 from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.admission.messages import sandbox_clauses
-from image_preflight.core.image_gc.pinning import needed_text
 from image_preflight.core.decide.scheduling import SchedulingSpecError
 from image_preflight.core.decide.workloads import WorkloadError, pod_spec_of
 
@@ -279,60 +277,3 @@ def make_template(template: str | None, image: str | None, *, name: str = "<temp
     if image is not None:
         return JobTemplate(image_template(image), name="--image")
     return JobTemplate(template, name=name)  # type: ignore[arg-type]
-
-
-def filter_rows(
-    rows: Iterable[Mapping],
-    *,
-    template: str | None = None,
-    image: str | None = None,
-    inventory: Inventory,
-    require: str = core.REQUIRE_ALL,
-    keep_unknown: bool = False,
-    now: float | None = None,
-) -> tuple[list[Mapping], list[tuple[int, Mapping, RowVerdict]]]:
-    """Split rows into those whose rollout Job would find its images and those that would not.
-
-    `template` is the Job template text, or `image` a one-container shortcut such as
-    '{{ input.image_name }}:openai'. Returns (kept rows, [(index, row, verdict), ...]).
-    Raises scanner.render.TemplateError when the template cannot yield a Job at all.
-    """
-    judge = _row_judge(template, image, inventory, require, keep_unknown, now)
-    kept, dropped = [], []
-    for index, row in enumerate(rows):
-        verdict = judge.judge(row)
-        if verdict.kept:
-            kept.append(row)
-        else:
-            dropped.append((index, row, verdict))
-    return kept, dropped
-
-
-def needed_images(
-    rows: Iterable[Mapping],
-    *,
-    template: str | None = None,
-    image: str | None = None,
-    inventory: Inventory,
-    require: str = core.REQUIRE_ALL,
-    keep_unknown: bool = False,
-    now: float | None = None,
-) -> list[str]:
-    """The lines `scan --needed-images` writes for the rows filter_rows keeps (same arguments):
-    the distinct RowVerdict.needed of the kept rows, as pinning.needed_text gives them."""
-    judge = _row_judge(template, image, inventory, require, keep_unknown, now)
-    kept: dict[int, RowVerdict] = {}  # by id: rows share verdicts
-    for row in rows:
-        verdict = judge.judge(row)
-        if verdict.kept:
-            kept[id(verdict)] = verdict
-    return needed_text(key for verdict in kept.values() for key in verdict.needed).splitlines()
-
-
-def _row_judge(template: str | None, image: str | None, inventory: Inventory, require: str, keep_unknown: bool,
-               now: float | None) -> RowJudge:
-    job_template = make_template(template, image)
-    job_template.check()
-    # Leases (the node agent's lists) are judged now unless the caller says otherwise.
-    now = time.time() if now is None else now
-    return RowJudge(job_template, inventory, require=require, keep_unknown=keep_unknown, now=now)

@@ -15,9 +15,11 @@ import pyarrow as pa
 from image_preflight.errors import InputError
 from image_preflight.files.atomic import atomic_path
 from image_preflight.scanner import datasets
-from image_preflight.scanner.records import RowRecords
-from image_preflight.scanner.judge import RowJudge, RowVerdict
+from image_preflight.scanner.judge import RowJudge, RowReason, RowVerdict
 from image_preflight.scanner.parquet_inputs import distinct_inputs
+from image_preflight.scanner.records import RowRecords
+from image_preflight.scanner.rows import Groups, JudgedRows, judge_each, judged, verdict_codes
+
 
 class Progress(Protocol):
     def advance(self, rows: int) -> None:
@@ -31,14 +33,22 @@ class Progress(Protocol):
 class FileResult:
     path: Path
     rows: int
-    dropped: RowRecords
-    unconfirmed: RowRecords  # kept under --keep-unknown though no list confirms their images
+    judged: JudgedRows
     output: Path | None = None
-    # Kept rows lacking a field the Job prints only as text, by field (dotted path).
-    lacking: Counter = field(default_factory=Counter)
-    # The distinct RowVerdict.needed of the kept rows, the images they will ask the nodes for;
-    # None unless scan(needed=True).
-    needed: set[str] | None = None
+
+    @property
+    def dropped(self) -> RowRecords:
+        return self.judged.dropped
+
+    @property
+    def unconfirmed(self) -> RowRecords:
+        """Kept under --keep-unknown though no list confirms their images."""
+        return self.judged.unconfirmed
+
+    @property
+    def lacking(self) -> Counter:
+        """Kept rows lacking a field the Job prints only as text, by field (dotted path)."""
+        return self.judged.lacking
 
     @property
     def kept(self) -> int:
@@ -70,9 +80,7 @@ class ScanResult:
 
     def needed_images(self) -> set[str]:
         """The distinct images of the kept rows (image_key() of each), what --needed-images lists."""
-        if any(result.needed is None for result in self.files):
-            raise ValueError("the needed images are collected by scan(..., needed=True)")
-        return set().union(*(result.needed for result in self.files))
+        return set().union(*(result.judged.needed for result in self.files))
 
 
 def scan(
@@ -82,10 +90,8 @@ def scan(
     out_dir: Path | None = None,
     progress: Progress | None = None,
     protect: Sequence[Path] = (),
-    needed: bool = False,
 ) -> ScanResult:
-    """`protect`: more files (template, snapshots) that an output must not replace. `needed`: also
-    collect the images of the kept rows (ScanResult.needed_images)."""
+    """`protect`: more files (template, snapshots) that an output must not replace."""
     for path in paths:
         datasets.dataset_format(path)
     counted = set()
@@ -103,8 +109,7 @@ def scan(
         with ExitStack() as staged:
             for path, output in zip(paths, outputs):
                 stage = Path(staged.enter_context(atomic_path(output))) if output is not None else None
-                file_result = scan_file(path, judge, output=stage, progress=progress, counted=path in counted,
-                                        needed=needed)
+                file_result = scan_file(path, judge, output=stage, progress=progress, counted=path in counted)
                 file_result.output = output
                 result.files.append(file_result)
     except OSError as exc:  # inputs are read with their own errors; this is the out-dir
@@ -114,105 +119,87 @@ def scan(
 
 
 def scan_file(path: Path, judge: RowJudge, *, output: Path | None = None, progress: Progress | None = None,
-              counted: bool = False, needed: bool = False) -> FileResult:
-    """`counted`: the progress total already holds this file's rows. `needed`: fill FileResult.needed."""
+              counted: bool = False) -> FileResult:
+    """`counted`: the progress total already holds this file's rows."""
     if datasets.dataset_format(path) == "parquet":
-        return _scan_parquet(path, judge, output, progress, counted, needed)
-    return _scan_json(path, judge, output, progress, counted, needed)
+        with datasets.open_parquet(path) as file:
+            return _scan_parquet(path, file, judge, output, progress, counted)
+    return _scan_json(path, judge, output, progress, counted)
 
 
 def _scan_json(path: Path, judge: RowJudge, output: Path | None, progress: Progress | None,
-               counted: bool, needed: bool) -> FileResult:
+               counted: bool) -> FileResult:
     source = datasets.read_json_rows(path)
     if not source.rows:
         raise InputError(f"{path}: no rows")
     if progress and not counted:
         progress.add_total(len(source.rows))
-    keep, lacking = [], Counter()
-    dropped, unconfirmed = _Collected(), _Collected()
-    kept_verdicts: dict[int, RowVerdict] | None = {} if needed else None  # by id: rows share verdicts
-    for index, row in enumerate(source.rows):
-        verdict = judge.judge(row)
-        keep.append(verdict.kept)
-        _account(index, verdict, dropped, unconfirmed, lacking, kept_verdicts)
-        if progress and index % 1024 == 1023:
-            progress.advance(1024)
-    if progress:
-        progress.advance(len(source.rows) % 1024)
+    result = judge_each(source.rows, judge, str(path), progress=progress)
     if output is not None:
-        datasets.write_json_rows(output, source, keep)
-    return FileResult(path, len(source.rows), dropped.records(path), unconfirmed.records(path), output, lacking,
-                      _needed(kept_verdicts))
+        datasets.write_json_rows(output, source, result.keep)
+    return FileResult(path, len(source.rows), result, output)
 
 
-class _Collected:
-    """Row numbers and their verdicts, gathered one row at a time."""
-
-    def __init__(self) -> None:
-        self.rows: list[int] = []
-        self.verdicts: list[RowVerdict] = []
-
-    def add(self, row: int, verdict: RowVerdict) -> None:
-        self.rows.append(row)
-        self.verdicts.append(verdict)
-
-    def records(self, path: Path) -> RowRecords:
-        return RowRecords.collect(str(path), self.rows, self.verdicts)
-
-
-def _account(index: int, verdict: RowVerdict, dropped: _Collected, unconfirmed: _Collected, lacking: Counter,
-             kept_verdicts: dict[int, RowVerdict] | None) -> None:
-    """One judged row into what the file's result counts."""
-    if not verdict.kept:
-        dropped.add(index, verdict)
-        return
-    if verdict.unconfirmed:
-        unconfirmed.add(index, verdict)
-    if kept_verdicts is not None:
-        kept_verdicts[id(verdict)] = verdict
-    if verdict.missing_fields:
-        lacking.update(verdict.missing_fields)
-
-
-def _scan_parquet(path: Path, judge: RowJudge, output: Path | None, progress: Progress | None,
-                  counted: bool, needed: bool) -> FileResult:
-    with datasets.open_parquet(path) as file:
-        return _scan_parquet_file(path, file, judge, output, progress, counted, needed)
-
-
-def _scan_parquet_file(path: Path, file, judge: RowJudge, output: Path | None, progress: Progress | None,
-                       counted: bool, needed: bool) -> FileResult:
+def _scan_parquet(path: Path, file, judge: RowJudge, output: Path | None, progress: Progress | None,
+                  counted: bool) -> FileResult:
     rows = file.metadata.num_rows
     if rows == 0:
         raise InputError(f"{path}: no rows")
     if progress and not counted:
         progress.add_total(rows)
-    inputs = _distinct_inputs(path, file, judge)
-    verdicts, counted_rows = _shared_verdicts(judge, inputs, progress) if inputs is not None else ([None], 0)
-    if None not in verdicts:
-        keep_group = np.fromiter((v.kept for v in verdicts), dtype=bool, count=len(verdicts))
-        keep = keep_group[inputs.group_of_row]
-        dropped_at = np.flatnonzero(~keep)
-        dropped = RowRecords(str(path), dropped_at, inputs.group_of_row[dropped_at], verdicts)
-        unconfirmed_group = np.fromiter((v.unconfirmed for v in verdicts), dtype=bool, count=len(verdicts))
-        unconfirmed_at = np.flatnonzero(unconfirmed_group[inputs.group_of_row])
-        unconfirmed = RowRecords(str(path), unconfirmed_at, inputs.group_of_row[unconfirmed_at], verdicts)
-        sizes = np.bincount(inputs.group_of_row, minlength=len(verdicts))
-        lacking = Counter()
-        for group, verdict in enumerate(verdicts):
-            if verdict.kept and verdict.missing_fields:
-                lacking.update({name: int(sizes[group]) for name in verdict.missing_fields})
-        images = _needed({id(v): v for v, n in zip(verdicts, sizes) if v.kept and n} if needed else None)
-        # Only the columns the template reads were read: the rest stream from the file to the output.
-        batches, schema = datasets.parquet_batches(file, path), file.schema_arrow
-    else:
-        table = datasets.read_parquet(path)
-        keep, dropped, unconfirmed, lacking, images = _judge_row_by_row(table, judge, path, progress, counted_rows,
-                                                                        needed)
-        batches, schema = table.to_batches(), table.schema
+    result = _judge_parquet(path, file, judge, progress)
     if output is not None:
-        datasets.write_parquet(output, batches, keep, schema=schema, like=path)
-    return FileResult(path, rows, dropped, unconfirmed, output, lacking, images)
+        # Only the columns the template reads were read: every row streams from the file to the output.
+        datasets.write_parquet(output, datasets.parquet_batches(file, path), result.keep, schema=file.schema_arrow,
+                               like=path)
+    return FileResult(path, rows, result, output)
+
+
+def _judge_parquet(path: Path, file, judge: RowJudge, progress: Progress | None) -> JudgedRows:
+    """Rows grouped by the inputs their verdict depends on, read column-wise, each group judged once;
+    the rows of a group without a shared verdict (all rows, when the inputs cannot be grouped) are
+    then judged one by one from the columns the template reads: no row is judged twice."""
+    rows = file.metadata.num_rows
+    inputs = _distinct_inputs(path, file, judge)
+    if inputs is None:
+        groups, group_of_row, alone = Groups(), np.zeros(rows, dtype=np.int64), np.arange(rows)
+    else:
+        verdicts = _shared_verdicts(judge, inputs, progress)
+        pending = [group for group, verdict in enumerate(verdicts) if verdict is None]
+        # A group without a shared verdict keeps a stand-in until its rows are judged.
+        groups = Groups(verdict or _UNJUDGED for verdict in verdicts)
+        group_of_row = inputs.group_of_row.copy()
+        alone = np.flatnonzero(np.isin(group_of_row, pending)) if pending else np.empty(0, dtype=np.int64)
+    if len(alone):
+        table = _template_columns(path, file, judge)
+        if len(alone) < rows:
+            table = table.take(pa.array(alone))
+        batches = table.to_batches(max_chunksize=65536)
+        group_of_row[alone] = verdict_codes((row for batch in batches for row in batch.to_pylist()), judge, groups,
+                                            progress=progress)
+    return judged(str(path), groups.verdicts, group_of_row)
+
+
+def _shared_verdicts(judge: RowJudge, inputs, progress: Progress | None) -> list[RowVerdict | None]:
+    """One verdict per distinct input (None: its rows need one each), the rows each decides told to
+    `progress` about every 1,024."""
+    sizes = np.bincount(inputs.group_of_row, minlength=len(inputs.rows)) if progress else None
+    verdicts, done = [], 0
+    for group, row in enumerate(inputs.rows):
+        verdict = judge.shared_verdict(row)
+        verdicts.append(verdict)
+        if progress and verdict is not None:
+            done += int(sizes[group])  # type: ignore[index]
+            if done >= 1024:
+                progress.advance(done)
+                done = 0
+    if progress and done:
+        progress.advance(done)
+    return verdicts
+
+
+# Stands for the groups judged row by row: no row keeps it, so it counts nowhere.
+_UNJUDGED = RowVerdict(RowReason.UNRENDERABLE, detail="judged row by row")
 
 
 def _distinct_inputs(path: Path, file, judge: RowJudge):
@@ -225,49 +212,10 @@ def _distinct_inputs(path: Path, file, judge: RowJudge):
     return distinct_inputs(table, judge.value_paths, judge.presence_paths, schema=schema)
 
 
-def _shared_verdicts(judge: RowJudge, inputs, progress: Progress | None) -> tuple[list, int]:
-    """One verdict per distinct input, and the rows reported to `progress` (the rows each verdict
-    decides). A None verdict ends the list: the rows are then judged one by one."""
-    sizes = np.bincount(inputs.group_of_row, minlength=len(inputs.rows)) if progress else None
-    verdicts, done, reported = [], 0, 0
-    for group, row in enumerate(inputs.rows):
-        verdict = judge.shared_verdict(row)
-        verdicts.append(verdict)
-        if verdict is None:
-            break
-        if progress:
-            done += int(sizes[group])  # type: ignore[index]
-            if done >= 1024 or group == len(inputs.rows) - 1:
-                progress.advance(done)
-                reported, done = reported + done, 0
-    return verdicts, reported
-
-
-def _judge_row_by_row(table: pa.Table, judge: RowJudge, path: Path, progress: Progress | None = None,
-                      reported: int = 0, needed: bool = False
-                      ) -> tuple[np.ndarray, RowRecords, RowRecords, Counter, set | None]:
-    """`reported`: rows already counted in `progress`, not to be counted twice."""
+def _template_columns(path: Path, file, judge: RowJudge) -> pa.Table:
+    """The columns the template reads (all of them when that is not known)."""
     paths = judge.template.paths
-    if paths is not None:
-        wanted = {p[0] for p in paths if isinstance(p[0], str)} & set(table.column_names)
-        table = table.select([c for c in table.column_names if c in wanted])
-    keep = np.ones(table.num_rows, dtype=bool)
-    dropped, unconfirmed, lacking = _Collected(), _Collected(), Counter()
-    kept_verdicts: dict[int, RowVerdict] | None = {} if needed else None  # by id: rows share verdicts
-    offset = 0
-    for batch in table.to_batches(max_chunksize=65536):
-        for index, row in enumerate(batch.to_pylist(), start=offset):
-            verdict = judge.judge(row)
-            keep[index] = verdict.kept
-            _account(index, verdict, dropped, unconfirmed, lacking, kept_verdicts)
-        offset += batch.num_rows
-        if progress:
-            credit = min(reported, batch.num_rows)
-            reported -= credit
-            progress.advance(batch.num_rows - credit)
-    return keep, dropped.records(path), unconfirmed.records(path), lacking, _needed(kept_verdicts)
-
-
-def _needed(kept: dict[int, RowVerdict] | None) -> set[str] | None:
-    """The images of the kept rows' distinct verdicts (by id), or None when not collected."""
-    return None if kept is None else {key for verdict in kept.values() for key in verdict.needed}
+    if paths is None:
+        return datasets.read_parquet(path)
+    wanted = {p[0] for p in paths if isinstance(p[0], str)}
+    return datasets.read_parquet(path, columns=[name for name in file.schema_arrow.names if name in wanted])

@@ -40,7 +40,7 @@ def test_both_splits_are_filtered_as_the_scanner_filters_them(tmp_path):
     answer, log = _filter(tmp_path, str(EXAMPLE / "train.jsonl"), str(EXAMPLE / "val.jsonl"))
     # examples/swe-smith: the CPU node lacks three images (as `image-preflight scan` reports).
     assert (len(answer["train"]), len(answer["val"])) == (23, 8)
-    assert "train: kept 23 of 40 rows" in log and "val row 1 dropped: missing" in log
+    assert "train: kept 23 of 40 rows (0 unconfirmed)" in log and "val row 1 dropped: missing" in log
 
 
 def test_a_split_left_empty_fails_with_one_line(tmp_path):
