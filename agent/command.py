@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import sys
-import threading
 import time
 
 from image_preflight.agent.config import AgentConfig
 from image_preflight.agent.cri import ImageClient
 from image_preflight.agent.inventory import image_dicts, node_images_object, sandbox_image_report
+from image_preflight.service import Stops, configure_logging, until_signalled
+
+log = logging.getLogger("image_preflight.agent")
 
 
 def run(config: AgentConfig) -> int:
@@ -35,11 +36,33 @@ def _print(images: ImageClient, node: str, lease: int, sandbox_fallback: str | N
 
 
 def _publish(images: ImageClient, config: AgentConfig) -> int:
+    configure_logging(config.log_level)
+    stops = Stops()
+    try:
+        agent = _start(images, config, stops)
+        log.info("publishing %s from %s every %g s%s, lease %d s", agent.publisher.where, images.endpoint,
+                 config.interval, " and on image events" if config.image_events else "", config.lease)
+        try:
+            stopped = until_signalled(agent.run, "agent", wake=agent.wake)
+        except RuntimeError as exc:
+            log.error("%s", exc)
+            return 1
+    finally:
+        stops.close()
+    if stopped:
+        log.info("stopped")
+        return 0
+    log.error("CRI endpoint %s failed %d cycles in a row; exiting so the container is restarted",
+              images.endpoint, agent.cri_failures)
+    return 1
+
+
+def _start(images: ImageClient, config: AgentConfig, stops: Stops):
+    """The agent, and the needed list's watch when pinning (what stops them, in `stops`)."""
     from image_preflight.agent.publisher import Agent, Publisher
 
-    logging.basicConfig(level=config.log_level.upper(), format="%(message)s", stream=sys.stderr)
-    log = logging.getLogger("agent")
     api = config.cluster.client()
+    stops.add(api.close)  # last: after every watch on it
     pinner = None
     if config.pin_needed_images:
         from image_preflight.agent.containerd_images import ImageRecords
@@ -47,10 +70,10 @@ def _publish(images: ImageClient, config: AgentConfig) -> int:
 
         pinner = Pinner(ImageRecords(images.endpoint, timeout=images.timeout), config.pin_needed_images,
                         max_bytes=config.pin_max_bytes)
+        stops.add(pinner.records.close)
     agent = Agent(images, Publisher(api, config.node, lease_seconds=config.lease), interval=config.interval,
                   exit_after_failures=config.exit_after_failures, image_events=config.image_events,
                   sandbox_image=config.sandbox_image, pinner=pinner)
-    watcher = None
     if pinner is not None:
         from image_preflight.kube.needed_images import needed_images_watcher
 
@@ -60,32 +83,5 @@ def _publish(images: ImageClient, config: AgentConfig) -> int:
 
         watcher = needed_images_watcher(api, pinner.source, needed_changed)
         watcher.start()
-    stop = threading.Event()
-    finished: list[bool] = []
-    # The loop runs in a thread and the main thread only joins it, so the signal handler never
-    # interrupts code holding the event's lock.
-    worker = threading.Thread(target=lambda: finished.append(agent.run(stop)), name="agent", daemon=True)
-    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    log.info("publishing %s from %s every %g s%s, lease %d s", agent.publisher.where, images.endpoint,
-             config.interval, " and on image events" if config.image_events else "", config.lease)
-    try:
-        worker.start()
-        while worker.is_alive():
-            worker.join(1.0)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if watcher is not None:
-            watcher.stop()
-        if pinner is not None:
-            pinner.records.close()
-        api.close()
-    if finished == [True]:
-        log.info("stopped")
-        return 0
-    if not finished:
-        log.error("the agent loop ended unexpectedly (see above)")
-        return 1
-    log.error("CRI endpoint %s failed %d cycles in a row; exiting so the container is restarted",
-              images.endpoint, agent.cri_failures)
-    return 1
+        stops.add(watcher.stop)
+    return agent

@@ -4,16 +4,11 @@ The runner: watchdog/config.py holds the flags and the config they map onto."""
 
 from __future__ import annotations
 
-import logging
 import os
-import signal
 import socket
-import threading
-
-from prometheus_client import start_http_server
 
 from image_preflight.core.watchdog.stalls import Stalls
-from image_preflight.errors import UnavailableError
+from image_preflight.service import Stops, configure_logging, serve_metrics, until_signalled
 from image_preflight.watchdog.actions import Actions
 from image_preflight.watchdog.config import WatchdogConfig
 from image_preflight.watchdog.metrics import Metrics
@@ -29,41 +24,31 @@ SANDBOX_FAILURES = "involvedObject.kind=Pod,reason=FailedCreatePodSandBox"
 
 
 def run(config: WatchdogConfig) -> int:
-    logging.basicConfig(level=config.log_level.upper(), format="%(message)s")
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    stops = start(config, stop)
+    configure_logging(config.log_level)
+    stops = Stops()
     try:
-        stop.wait()
+        watchdog = start(config, stops)
+        until_signalled(watchdog.run, "watchdog", wake=watchdog.wake)
     finally:
-        for halt in reversed(stops):
-            halt()
+        stops.close()
     return 0
 
 
-def start(config: WatchdogConfig, stop: threading.Event) -> list:
-    """Start the watches, the acting loop and /metrics; returns what stops them, in start order."""
+def start(config: WatchdogConfig, stops: Stops) -> Watchdog:
+    """Start the watches and /metrics (what stops them, in `stops`); the acting loop is the
+    returned Watchdog's run(stop)."""
     api = config.cluster.client()
+    stops.add(api.close)  # last: after every watch on it
     metrics = Metrics()
     stalls = Stalls(config.grace, include_always=config.include_always, webhooks=config.webhook_names)
     instance = os.environ.get("POD_NAME") or socket.gethostname()
     watchdog = Watchdog(stalls, Actions(api, mode=config.mode, instance=instance, webhooks=config.webhook_names),
                         metrics)
-    stops = []
-    if config.metrics_port:
-        try:
-            httpd, _ = start_http_server(config.metrics_port, addr=config.host, registry=metrics.registry)
-        except OSError as exc:
-            raise UnavailableError(f"--metrics-port {config.metrics_port}: cannot listen ({exc.strerror or exc})") from None
-        stops.append(lambda: (httpd.shutdown(), httpd.server_close()))
+    serve_metrics(config.metrics_port, config.host, metrics.registry, stops)
     on_restart = lambda reason: metrics.watch_restarts.labels(reason).inc()  # noqa: E731
     for watcher in watchers(api, watchdog, namespace_selector=config.namespace_selector,
                             pods=UNFINISHED_PODS, events=FAILED_CREATES, sandbox_events=SANDBOX_FAILURES,
                             on_restart=on_restart):
         watcher.start()
-        stops.append(watcher.stop)
-    loop = threading.Thread(target=watchdog.run, args=(stop,), name="watchdog", daemon=True)
-    loop.start()
-    stops.append(lambda: (stop.set(), watchdog.wake(), loop.join(timeout=10)))
-    return stops
+        stops.add(watcher.stop)
+    return watchdog

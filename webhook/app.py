@@ -52,7 +52,7 @@ class WebhookState:
     ready: Callable[[], bool]  # synced and fresh
     settings: Settings
     metrics: Metrics
-    # Writes a decision line directly (webhook.logs.decision_writer); None: through logging.
+    # Writes a decision line directly (service.line_writer); None: through logging.
     write_decision: Callable[[str], None] | None = None
     # Admission paths answer only callers whose certificate the TLS layer verified (--client-ca).
     require_client_cert: bool = False

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import ssl
 import time
-from collections.abc import Callable
 
 import uvicorn
-from prometheus_client import start_http_server
-
-from image_preflight.errors import InputError, UnavailableError
-from image_preflight.webhook import logs
+from image_preflight.errors import InputError
+from image_preflight.service import Stops, configure_logging, line_writer, serve_metrics
 from image_preflight.webhook.app import WebhookState, create_app
 from image_preflight.webhook.config import ServeConfig
 from image_preflight.webhook.live_inventory import FileInventory, LiveInventory
@@ -27,17 +24,17 @@ MAX_CONNECTIONS = 1024
 
 class WebhookServer(uvicorn.Server):
     """uvicorn's server, with the reloading TLS context it listens with and what stops the work
-    started beside it (pollers, the node watch, /metrics)."""
+    started beside it (pollers, the node watch, /metrics, the API client)."""
 
-    def __init__(self, config: uvicorn.Config, tls: ReloadingContext, background_stops: tuple[Callable[[], None], ...]
-                 ) -> None:
+    def __init__(self, config: uvicorn.Config, tls: ReloadingContext, background: Stops) -> None:
         super().__init__(config)
         self.tls = tls
-        self.background_stops = background_stops
+        self.background = background
 
 
 def run(config: ServeConfig) -> int:
-    logs.configure(config.log_level)
+    # uvicorn's own SIGTERM and SIGINT handling ends server.run() (it drains open requests first).
+    configure_logging(config.log_level)
     server = build_server(config)
     try:
         server.run()
@@ -47,9 +44,8 @@ def run(config: ServeConfig) -> int:
 
 
 def stop_background(server: WebhookServer) -> None:
-    """Stop what build_server started beside the server: pollers, the node watch, /metrics."""
-    for stop in server.background_stops:
-        stop()
+    """Stop what build_server started beside the server, in the reverse order."""
+    server.background.close()
 
 
 def build_server(config: ServeConfig) -> WebhookServer:
@@ -69,28 +65,29 @@ def build_server(config: ServeConfig) -> WebhookServer:
     except Exception as exc:
         raise InputError(f"{config.tls_cert}, {config.tls_key}: cannot load the certificate and key ({exc})") from None
     metrics = Metrics()
-    source, age, ready, stop_source = _inventory_source(config, metrics)
-    stops = [stop_source]
+    stops = Stops()
+    try:
+        return _build_server(config, tls, metrics, stops)
+    except BaseException:
+        stops.close()
+        raise
+
+
+def _build_server(config: ServeConfig, tls: ReloadingContext, metrics: Metrics, stops: Stops) -> WebhookServer:
+    source, age, ready = _inventory_source(config, metrics, stops)
     metrics.track_inventory(lambda: source.current, age)
     state = WebhookState(
         inventory=lambda: source.current,
         ready=ready,
         settings=config.settings,
         metrics=metrics,
-        write_decision=logs.decision_writer(),
+        write_decision=line_writer("image_preflight.decision"),
         require_client_cert=config.client_ca is not None,
     )
     tls.start()
-    stops.append(tls.stop)
-    if config.metrics_port:
-        try:
-            httpd, _ = start_http_server(config.metrics_port, addr=config.host, registry=metrics.registry)
-        except OSError as exc:
-            stop_source()
-            tls.stop()
-            raise UnavailableError(f"--metrics-port {config.metrics_port}: cannot listen ({exc.strerror or exc})") from None
-        stops.append(lambda: (httpd.shutdown(), httpd.server_close()))
-    return WebhookServer(_uvicorn_config(config, create_app(state), tls), tls, tuple(stops))
+    stops.add(tls.stop)
+    serve_metrics(config.metrics_port, config.host, metrics.registry, stops)
+    return WebhookServer(_uvicorn_config(config, create_app(state), tls), tls, stops)
 
 
 def _uvicorn_config(config: ServeConfig, app, tls: ReloadingContext) -> uvicorn.Config:
@@ -98,7 +95,7 @@ def _uvicorn_config(config: ServeConfig, app, tls: ReloadingContext) -> uvicorn.
     settings = uvicorn.Config(
         app, host=config.host, port=config.port, http=DeadlineProtocol, loop="uvloop", log_level=config.log_level,
         access_log=False, timeout_keep_alive=75, lifespan="off",
-        log_config=None,  # keep the root handler logs.configure set up (dictConfig would close it)
+        log_config=None,  # keep the root handler configure_logging set up (dictConfig would close it)
         proxy_headers=False,  # the apiserver calls directly; forwarded headers would only be spoofable
         # Given so uvicorn serves HTTPS; the context is replaced below with one that reloads.
         ssl_certfile=str(config.tls_cert), ssl_keyfile=str(config.tls_key),
@@ -108,38 +105,39 @@ def _uvicorn_config(config: ServeConfig, app, tls: ReloadingContext) -> uvicorn.
     return settings
 
 
-def _inventory_source(config: ServeConfig, metrics: Metrics):
+def _inventory_source(config: ServeConfig, metrics: Metrics, stops: Stops):
+    """The inventory's source, how old its view is, and whether it is ready; what it started, in `stops`."""
     if config.inventory is not None:
         source = FileInventory(config.inventory, max_images=config.max_images,
                                interval=config.inventory_reload_interval)
         source.start()
+        stops.add(source.stop)
         # A file is as current as its author made it: ready once read, age since last written.
-        return source, lambda: time.time() - source.mtime, source.synced.is_set, source.stop
+        return source, lambda: time.time() - source.mtime, source.synced.is_set
     from image_preflight.kube.node_images import start_runtime_watch
     from image_preflight.kube.nodes import NodeWatcher
     from image_preflight.kube.runtime_classes import runtime_class_watcher
 
     api = config.cluster.client()
+    stops.add(api.close)  # last: after every watch on it
     live = LiveInventory(max_images=config.max_images)
     watcher = NodeWatcher(
         api, live, label_selector=config.node_selector,
         on_restart=lambda reason: metrics.watch_restarts.labels(reason).inc(),
     )
     watcher.start()
+    stops.add(watcher.stop)
     # The node agents' complete lists, where the CRD is installed; node status otherwise.
     runtime = start_runtime_watch(api, live, lambda reason: metrics.watch_restarts.labels(reason).inc())
+    stops.add(runtime.stop)
     # Readiness does not wait for RuntimeClasses: until listed, a pod naming one is undecided
     # (unknown), while every other pod is decided as soon as the nodes are known.
     classes = runtime_class_watcher(api, live, on_restart=lambda reason: metrics.watch_restarts.labels(reason).inc())
     classes.start()
+    stops.add(classes.stop)
 
     def age() -> float:
         # Events and bookmarks both prove the view current, even when nothing changed.
         return float("inf") if watcher.last_sync is None else time.monotonic() - watcher.last_sync
 
-    def stop() -> None:
-        watcher.stop()
-        runtime.stop()
-        classes.stop()
-
-    return live, age, lambda: live.synced.is_set() and age() < config.max_inventory_age, stop
+    return live, age, lambda: live.synced.is_set() and age() < config.max_inventory_age

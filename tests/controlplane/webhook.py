@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from tests.controlplane.cluster import ControlPlane, free_port, terminate
-from image_preflight.webhook.logs import FLUSH_S
+from image_preflight.service import FLUSH_S
 
 SERVICE_HOST = "image-preflight.image-preflight.svc"
 

@@ -1,0 +1,150 @@
+"""How a long-running face runs (`serve`, `agent --publish`, `watchdog`): one JSON line per log
+record on stderr, /metrics on its own port, SIGTERM and SIGINT, and a shutdown that stops what was
+started in the reverse order and closes the API client last.
+
+Log lines go to a buffer flushed every FLUSH_S, and at once for warnings and errors: a
+StreamHandler's write and flush per record is a system call per admission review, a fifth of the
+time of an answer. A record whose message is already a JSON object (a decision, a watchdog action)
+is that line; any other becomes {"level", "logger", "message"}.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable
+
+from image_preflight.errors import UnavailableError
+from image_preflight.files.poll import Poller
+
+FLUSH_S = 0.1
+log = logging.getLogger(__name__)
+
+
+class JsonLines(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if message.startswith("{") and message.endswith("}"):
+            return message  # already one JSON object
+        line = {"level": record.levelname.lower(), "logger": record.name, "message": message}
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+class BufferedStderrHandler(logging.StreamHandler):
+    def __init__(self) -> None:
+        raw = io.FileIO(os.dup(2), "w")
+        super().__init__(io.TextIOWrapper(io.BufferedWriter(raw, 1 << 16), encoding="utf-8",
+                                          errors="backslashreplace"))
+        self.setFormatter(JsonLines())
+        self._poller = Poller(self.flush_now, interval=FLUSH_S, name="log-flush")
+        self._poller.start()
+
+    def flush(self) -> None:
+        pass  # emit() calls this for every record; the poller flushes instead
+
+    def emit(self, record: logging.LogRecord) -> None:
+        super().emit(record)
+        if record.levelno >= logging.WARNING:
+            self.flush_now()
+
+    def write_line(self, line: str) -> None:
+        """A line without a LogRecord: what the handler writes for a JSON message."""
+        with self.lock:
+            self.stream.write(line + "\n")
+
+    def flush_now(self) -> None:
+        with self.lock:
+            try:
+                self.stream.flush()
+            except (OSError, ValueError):
+                pass  # stderr gone (closed pipe): nothing left to tell
+
+    def close(self) -> None:
+        self._poller.stop()
+        self.flush_now()
+        super().close()
+
+
+def configure_logging(level: str) -> None:
+    """The one handler: JSON lines on stderr, buffered. Where calls came from, threads and processes
+    are not recorded (the logging HOWTO's "Optimization": nothing here reads them)."""
+    logging.logThreads = False
+    logging.logProcesses = False
+    logging.logMultiprocessing = False
+    logging.basicConfig(level=level.upper(), handlers=[BufferedStderrHandler()], force=True)
+
+
+def line_writer(logger: str) -> Callable[[str], None] | None:
+    """Where `logger`'s JSON lines may be written without a LogRecord: the handler
+    configure_logging installed, when that logger is on and nothing else listens (elsewhere, as
+    in tests, lines are records)."""
+    root = logging.getLogger()
+    named = logging.getLogger(logger)
+    if (len(root.handlers) == 1 and isinstance(root.handlers[0], BufferedStderrHandler)
+            and not named.handlers and named.isEnabledFor(logging.INFO)):
+        return root.handlers[0].write_line
+    return None
+
+
+class Stops:
+    """What a face started, stopped in the reverse order, each even when one before it failed."""
+
+    def __init__(self) -> None:
+        self._stops: list[Callable[[], object]] = []
+
+    def add(self, stop: Callable[[], object]) -> None:
+        self._stops.append(stop)
+
+    def close(self) -> None:
+        while self._stops:
+            stop = self._stops.pop()
+            try:
+                stop()
+            except Exception:  # noqa: BLE001 - the rest must still stop
+                log.exception("while stopping")
+
+
+def serve_metrics(port: int, host: str, registry, stops: Stops) -> None:
+    """Plain-HTTP /metrics on `port` (0: none), stopped with `stops`."""
+    if not port:
+        return
+    from prometheus_client import start_http_server
+
+    try:
+        httpd, _ = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        raise UnavailableError(f"--metrics-port {port}: cannot listen ({exc.strerror or exc})") from None
+    stops.add(lambda: (httpd.shutdown(), httpd.server_close()))
+
+
+def until_signalled(work: Callable[[threading.Event], object], name: str,
+                    wake: Callable[[], None] | None = None) -> object:
+    """Run `work(stop)` in a thread until it returns; SIGTERM and SIGINT set `stop` and call `wake`
+    (for a loop that waits on its own condition). The main thread only joins, so a handler never
+    interrupts code holding a lock; the handlers are restored after."""
+    stop = threading.Event()
+    done: list[object] = []
+    worker = threading.Thread(target=lambda: done.append(work(stop)), name=name, daemon=True)
+
+    def stopping(*_) -> None:
+        stop.set()
+        if wake is not None:
+            wake()
+
+    previous = {sig: signal.signal(sig, stopping) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        worker.start()
+        while worker.is_alive():
+            worker.join(1.0)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not done:
+        raise RuntimeError(f"the {name} loop ended unexpectedly (see above)")
+    return done[0]
