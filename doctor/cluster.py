@@ -11,7 +11,7 @@ from kubernetes.client.exceptions import ApiException
 
 from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
 from image_preflight.doctor.findings import WEBHOOK_NAME, WebhookTarget
-from image_preflight.kube.cluster_inventory import KubeletUnread, NotServed, Unreadable, kubelet_reads, list_all
+from image_preflight.kube.cluster_inventory import KubeletUnread, Unreadable, kubelet_reads, list_all
 from image_preflight.kube.watch import describe_error
 
 _TIMEOUT = (5.0, 30.0)
@@ -21,12 +21,7 @@ PROBE_IMAGE = "image-preflight-doctor/Probe:invalid"
 
 
 def _list(call, what: str) -> list[dict]:
-    try:
-        return list_all(call, what)
-    except NotServed:
-        raise Unreadable(f"{what} are not served") from None
-    except Exception as exc:  # noqa: BLE001 - InputError from list_all, naming the cause
-        raise Unreadable(str(exc)) from None
+    return list_all(call, what)  # Unreadable (NotServed among them), naming the cause
 
 
 def webhook_configurations(api: kubernetes.client.ApiClient) -> list[dict]:

@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from image_preflight.core.sources.node_status import CAP_ANNOTATION
 from image_preflight.core.sources.runtime_lists import API_VERSION, GROUP, PLURAL, RUNTIME_KIND, VERSION, node_images_from_runtime
 from image_preflight.errors import InputError, UnavailableError
+from image_preflight.kube.pages import Pages
 from image_preflight.kube.watch import describe_error
 
 Note = Callable[[str], None]
@@ -28,7 +29,7 @@ _CONFIGZ_WORKERS = 8
 
 
 def read_cluster(api: kubernetes.client.ApiClient, *, now: float, note: Note) -> dict:
-    """The List document; `note` hears what was left out and why. InputError when the nodes
+    """The List document; `note` hears what was left out and why. Unreadable when the nodes
     cannot be listed."""
     nodes = list_nodes(api)
     try:
@@ -42,12 +43,12 @@ def read_cluster(api: kubernetes.client.ApiClient, *, now: float, note: Note) ->
 
 
 def list_nodes(api: kubernetes.client.ApiClient) -> list[dict]:
-    """Every Node; InputError when they cannot be listed."""
+    """Every Node; Unreadable when they cannot be listed."""
     return list_all(kubernetes.client.CoreV1Api(api).list_node, "nodes")
 
 
 def list_node_images(api: kubernetes.client.ApiClient) -> list[dict]:
-    """Every NodeImages object; NotServed without the CRD, InputError otherwise."""
+    """Every NodeImages object; NotServed without the CRD, Unreadable otherwise."""
     return list_all(lambda **query: kubernetes.client.CustomObjectsApi(api).list_cluster_custom_object(
         GROUP, VERSION, PLURAL, **query), f"{PLURAL}.{GROUP}")
 
@@ -195,7 +196,7 @@ def _runtime_classes(api: kubernetes.client.ApiClient, note: Note) -> list[dict]
         return list_all(kubernetes.client.NodeV1Api(api).list_runtime_class, "runtimeclasses")
     except NotServed:
         note("runtimeclasses.node.k8s.io is not served: pods naming a RuntimeClass will be unknown")
-    except InputError as exc:
+    except Unreadable as exc:
         note(f"{exc}: pods naming a RuntimeClass will be unknown")
     return []
 
@@ -209,26 +210,15 @@ class NotServed(Unreadable):
 
 
 def list_all(list_call: Callable[..., object], what: str) -> list[dict]:
-    """Every object, in pages, as plain dicts. NotServed on 404, InputError otherwise."""
-    items: list[dict] = []
-    token = None
-    while True:
-        try:
-            response = list_call(limit=_PAGE, _continue=token, _preload_content=False, _request_timeout=_TIMEOUT)
-            try:
-                body = json.loads(response.data)
-            finally:
-                response.release_conn()
-        except ApiException as exc:
-            if exc.status == 404:
-                raise NotServed() from None
-            raise InputError(f"cannot list {what}: {describe_error(exc)}") from None
-        except Exception as exc:  # noqa: BLE001 - connection errors come in many types
-            raise InputError(f"cannot list {what}: {describe_error(exc)}") from None
-        items += body.get("items") or []
-        token = (body.get("metadata") or {}).get("continue")
-        if not token:
-            return items
+    """Every object, in pages, as plain dicts. NotServed on 404, Unreadable otherwise."""
+    try:
+        return list(Pages(list_call, _PAGE, timeout=_TIMEOUT).items())
+    except ApiException as exc:
+        if exc.status == 404:
+            raise NotServed(f"{what} are not served") from None
+        raise Unreadable(f"cannot list {what}: {describe_error(exc)}") from None
+    except Exception as exc:  # noqa: BLE001 - connection errors come in many types
+        raise Unreadable(f"cannot list {what}: {describe_error(exc)}") from None
 
 
 def _item(obj: dict, api_version: str, kind: str) -> dict:

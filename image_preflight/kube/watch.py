@@ -20,6 +20,8 @@ from typing import Any, Callable, Iterator
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError, ReadTimeoutError
 
+from image_preflight.kube.pages import Pages
+
 log = logging.getLogger(__name__)
 
 _CONNECT_TIMEOUT = 10.0
@@ -40,40 +42,6 @@ SILENCE_TIMEOUT_S = 90.0
 # two webhook replicas cost nothing, and each second of backoff after an apiserver restart is a
 # second of decisions on a stale view (tests/cluster/test_cluster_faults.py measures it).
 BACKOFF_MAX_S = 5.0
-
-
-class _Pages:
-    """A paginated list (limit/continue), read one page at a time as its items are consumed."""
-
-    def __init__(self, list_objects: Callable[..., Any], selectors: dict[str, str], page_size: int) -> None:
-        self._list_objects = list_objects
-        self._selectors = selectors
-        self._page_size = page_size
-        self.resource_version: str | None = None
-
-    def items(self) -> Iterator[dict]:
-        token = None
-        while True:
-            query = {"limit": self._page_size, **({"_continue": token} if token else {})}
-            response = self._list_objects(
-                **self._selectors,
-                _preload_content=False,
-                _request_timeout=(_CONNECT_TIMEOUT, _LIST_READ_TIMEOUT),
-                **query,
-            )
-            try:
-                body = json.loads(response.data)
-            finally:
-                response.release_conn()
-            metadata = body.get("metadata") or {}
-            self.resource_version = metadata.get("resourceVersion")  # the snapshot's, on every page
-            token = metadata.get("continue")
-            items = body.get("items") or []
-            del body
-            yield from items
-            del items
-            if not token:
-                return
 
 
 class _Expired(Exception):
@@ -226,7 +194,8 @@ class ResourceWatcher:
         self.synced.set()
 
     def _list(self) -> None:
-        pages = _Pages(self._list_objects, self._selectors, self._page_size)
+        pages = Pages(self._list_objects, self._page_size, self._selectors,
+                      timeout=(_CONNECT_TIMEOUT, _LIST_READ_TIMEOUT))
         # The sink converts page by page, so a 200-node cluster's full image lists never sit
         # in memory as raw JSON all at once. An expired continue token is a 410: re-listed.
         self._replace(pages.items())

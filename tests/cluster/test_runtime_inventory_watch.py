@@ -405,7 +405,7 @@ def test_dump_names_an_unreachable_cluster(tmp_path, capsys):
     kubeconfig = unreachable_kubeconfig(tmp_path / "kubeconfig")
     assert main(["inventory", "dump", "--kubeconfig", str(kubeconfig), "--out", str(tmp_path / "d.json")]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith("image-preflight inventory: cannot list nodes: ") and "\n" not in err
+    assert err.startswith("image-preflight inventory dump: cannot list nodes: ") and "\n" not in err
     assert not (tmp_path / "d.json").exists()
 
 
