@@ -31,7 +31,9 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.webhook_breakdown import endpoint_seconds  # noqa: E402
 from benchmarks.webhook_load import yaml_free_job  # noqa: E402
-from image_preflight.core.admission.review import Settings, admit, parse_review  # noqa: E402
+from image_preflight.core.admission.body import parse_review  # noqa: E402
+from image_preflight.core.admission.review import admit  # noqa: E402
+from image_preflight.core.admission.settings import Settings  # noqa: E402
 from image_preflight.core.admission.mutation import steer  # noqa: E402
 from image_preflight.core.sources.snapshots import load_document  # noqa: E402
 from image_preflight.webhook.app import WebhookState, create_app  # noqa: E402

@@ -23,7 +23,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.webhook_load import EXAMPLE_NODES, review_body  # noqa: E402
-from image_preflight.core.admission.review import Settings, admit, parse_review  # noqa: E402
+from image_preflight.core.admission.body import parse_review  # noqa: E402
+from image_preflight.core.admission.review import admit  # noqa: E402
+from image_preflight.core.admission.settings import Settings  # noqa: E402
 from image_preflight.files.inventory import load_inventory_file  # noqa: E402
 from image_preflight.webhook.app import WebhookState, _dumps, create_app  # noqa: E402
 from image_preflight.webhook.metrics import Metrics  # noqa: E402

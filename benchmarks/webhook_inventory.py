@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from image_preflight.certs.store import CertRequest, ensure_certificates  # noqa: E402
-from image_preflight.core.admission.review import Settings, admit  # noqa: E402
+from image_preflight.core.admission.review import admit  # noqa: E402
+from image_preflight.core.admission.settings import Settings  # noqa: E402
 from image_preflight.files.inventory import load_inventory_file  # noqa: E402
 
 

@@ -19,7 +19,7 @@ from image_preflight.scanner.render import (
 )
 from image_preflight.core.decide import decision as core
 from image_preflight.core.decide.inventory import Inventory
-from image_preflight.core.admission.messages import sandbox_clauses
+from image_preflight.core.decide.words import sandbox_clauses
 from image_preflight.core.decide.scheduling import SchedulingSpecError
 from image_preflight.core.decide.workloads import WorkloadError, pod_spec_of
 

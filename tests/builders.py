@@ -11,7 +11,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
-from image_preflight.core.admission.review import API_VERSION
+from image_preflight.core.admission.answers import API_VERSION
 from image_preflight.core.decide.inventory import Inventory, NodeImages
 from image_preflight.core.decide.scheduling import NodeTraits
 from image_preflight.core.sources.runtime_lists import runtime_object

@@ -16,15 +16,10 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from image_preflight.core.admission.review import (
-    Answer,
-    BadReview,
-    Settings,
-    admit,
-    internal_error,
-    parse_review,
-    refusal,
-)
+from image_preflight.core.admission.answers import Answer, internal_error, refusal
+from image_preflight.core.admission.body import BadReview, parse_review
+from image_preflight.core.admission.review import admit
+from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.admission.mutation import steer
 from image_preflight.webhook.metrics import Metrics

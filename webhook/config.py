@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from image_preflight.commands import add_command, log_level_flag, max_images_flag, metrics_port_flag
-from image_preflight.core.admission.review import MODES, UNKNOWN_POLICIES, Mode, Settings
+from image_preflight.core.admission.settings import MODES, UNKNOWN_POLICIES, Mode, Settings
 from image_preflight.core.admission.steering import DEFAULT_MAX_NODES
 from image_preflight.core.decide.decision import REQUIRE_ALL, REQUIRE_ANY, Verdict
 from image_preflight.errors import UsageError

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 
-from image_preflight.core.admission.review import ReviewDecision
+from image_preflight.core.admission.answers import ReviewDecision
 from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.decide.workloads import WORKLOAD_KINDS
 

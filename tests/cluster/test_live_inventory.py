@@ -14,7 +14,9 @@ from tests.controlplane.cluster import PARKED, set_node_images
 from tests.fake_apiserver import write_kubeconfig
 from tests.builders import ABSENT, EXAMPLE_NODES, HELD, NOW, missing_job_review, pod_spec, review, workload
 from tests.serving import wait_until
-from image_preflight.core.admission.review import Settings, admit, parse_review
+from image_preflight.core.admission.body import parse_review
+from image_preflight.core.admission.review import admit
+from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.inventory import NodeImages
 from image_preflight.webhook.live_inventory import LiveInventory
 from image_preflight.kube.nodes import NodeWatcher

@@ -27,7 +27,9 @@ from tests.controlplane.cluster import (
     unreachable_kubeconfig,
     wait_for,
 )
-from image_preflight.core.admission.review import API_VERSION, Settings, admit
+from image_preflight.core.admission.answers import API_VERSION
+from image_preflight.core.admission.review import admit
+from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.decision import DENY, MISSING, UNKNOWN, decide
 from image_preflight.core.decide.inventory import image_key
 from image_preflight.webhook.live_inventory import LiveInventory

@@ -8,7 +8,10 @@ import json
 import pytest
 
 from image_preflight.core.admission import messages
-from image_preflight.core.admission.review import API_VERSION, AUDIT, ENFORCE, WARN, BadReview, Settings, admit, parse_review
+from image_preflight.core.admission.answers import API_VERSION
+from image_preflight.core.admission.body import BadReview, parse_review
+from image_preflight.core.admission.review import admit
+from image_preflight.core.admission.settings import AUDIT, ENFORCE, WARN, Settings
 from image_preflight.core.decide.inventory import Inventory, NodeImages
 from image_preflight.core.decide.scheduling import NodeTraits, Taint
 from tests.agent_lightning import fails_at_once

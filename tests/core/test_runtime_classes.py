@@ -6,7 +6,8 @@ import json
 import pytest
 
 from tests.builders import NOW, SWE, inv, kube_node, node
-from image_preflight.core.admission.review import Settings, admit
+from image_preflight.core.admission.review import admit
+from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.decision import ALLOW, DENY, NO_ELIGIBLE_NODE, UNKNOWN, decide
 from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.decide.runtime_classes import (

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from image_preflight.core.admission import messages, steering
+from image_preflight.core.decide import words
 from image_preflight.core.decide.decision import (
     ALLOW,
     DENY,
@@ -151,7 +152,7 @@ def test_many_nodes_stay_within_the_limit():
     nodes = [node(f"cpu-{n:03d}", sandbox=PAUSE) for n in range(300)]
     message = messages.denial_message(decide(pod(IMAGE, policy="Always"), cluster(*nodes), now=NOW))
     assert len(message.encode()) <= messages.MAX_MESSAGE
-    assert "cpu-004 and 295 more cannot start any pod" in message and message.endswith(messages.SANDBOX_ADVICE)
+    assert "cpu-004 and 295 more cannot start any pod" in message and message.endswith(words.SANDBOX_ADVICE)
 
 
 # --- steering -------------------------------------------------------------------------------------

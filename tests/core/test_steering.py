@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from image_preflight.core.admission import steering
-from image_preflight.core.admission.review import ReviewDecision, Settings, admit
+from image_preflight.core.admission.answers import ReviewDecision
+from image_preflight.core.admission.review import admit
+from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.decision import ALLOW, DENY, REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE, UNKNOWN, decide
 from image_preflight.core.admission.mutation import steer
 from image_preflight.core.decide.scheduling import Taint

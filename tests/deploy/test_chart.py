@@ -767,7 +767,9 @@ def _text_blocks(document: str) -> list[str]:
 
 
 def test_the_docs_show_the_denial_the_example_job_gets():
-    from image_preflight.core.admission.review import Settings, admit, parse_review
+    from image_preflight.core.admission.body import parse_review
+    from image_preflight.core.admission.review import admit
+    from image_preflight.core.admission.settings import Settings
 
     review = parse_review((EXAMPLES / "admission-review.json").read_bytes())
     answer = admit(review, load_inventory_file(EXAMPLES / "nodes.json"), Settings()).review["response"]

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from image_preflight.core.admission.review import MAX_DEPTH
+from image_preflight.core.admission.body import MAX_DEPTH
 from tests.builders import EXAMPLE_NODES, FIELDS, NEAR_THE_PARSER_LIMIT, POD_FIELDS, SHOWN, body
 from tests.serving import HOST, serving_webhooks
 

@@ -8,20 +8,13 @@ agent-lightning fails a rollout at once only when the lower-cased error text con
 from __future__ import annotations
 
 from image_preflight.core.decide.decision import INVALID, MISSING, NOT_CHECKED, UNKNOWN, Decision, ImageVerdict
+from image_preflight.core.decide.words import by_sandbox_image, sandbox_clauses
+from image_preflight.core.decide.words import nodes_named as _nodes
 
 MAX_MESSAGE = 1024  # bytes, so the relayed error stays readable in controller logs
 MAX_WARNING = 120  # the apiserver truncates at 256; shorter reads well in kubectl
 MAX_WARNINGS_TOTAL = 4096  # the apiserver ignores warnings past 4 KiB
-NODES_NAMED = 5
 ADVICE = "build or load the image on those nodes, or drop the row with `image-preflight scan`"
-# Into the namespace the CRI plugin reads (containerd's k8s.io), as `ctr` reads an image tarball.
-SANDBOX_ADVICE = "import it: ctr -n k8s.io images import pause.tar"
-
-
-def _nodes(names: tuple[str, ...]) -> str:
-    shown = ", ".join(names[:NODES_NAMED])
-    more = len(names) - NODES_NAMED
-    return f"{shown} and {more} more" if more > 0 else shown
 
 
 def _missing_clause(verdict: ImageVerdict, lacking: tuple[str, ...]) -> str:
@@ -30,21 +23,6 @@ def _missing_clause(verdict: ImageVerdict, lacking: tuple[str, ...]) -> str:
         f"image {image.image!r} ({image.label}, imagePullPolicy {image.pull_policy}) "
         f"is absent from eligible node(s) {_nodes(lacking)}"
     )
-
-
-def _by_sandbox_image(decision: Decision) -> list[tuple[str, tuple[str, ...]]]:
-    """(sandbox image, nodes lacking it), in the order the nodes come."""
-    grouped: dict[str, list[str]] = {}
-    for node, image in decision.sandbox_missing:
-        grouped.setdefault(image, []).append(node)
-    return [(image, tuple(nodes)) for image, nodes in grouped.items()]
-
-
-def sandbox_clauses(decision: Decision) -> list[str]:
-    """One clause per sandbox image that eligible nodes' runtimes lack (core/decide/decision.py, decide_images)."""
-    return [f"eligible node(s) {_nodes(nodes)} cannot start any pod: the container runtime lacks its sandbox "
-            f"image {image!r}, so the pod would wait in ContainerCreating (FailedCreatePodSandBox); {SANDBOX_ADVICE}"
-            for image, nodes in _by_sandbox_image(decision)]
 
 
 def denial_message(decision: Decision) -> str:
@@ -124,7 +102,7 @@ def unknown_warnings(decision: Decision) -> list[str]:
 def missing_warnings(decision: Decision) -> list[str]:
     """What enforce mode would deny for: nodes that start no pod, missing images and invalid references."""
     sandbox = [_clip(f"image-preflight: node(s) {_nodes(nodes)} cannot start any pod: the runtime lacks its "
-                     f"sandbox image {image}", MAX_WARNING) for image, nodes in _by_sandbox_image(decision)]
+                     f"sandbox image {image}", MAX_WARNING) for image, nodes in by_sandbox_image(decision)]
     missing = [_clip(f"image-preflight: {v.image.image} absent from {_nodes(lacking)}", MAX_WARNING)
                for v in decision.verdicts if v.status == MISSING and (lacking := decision.image_missing_on(v))]
     return sandbox + _warnings(decision, INVALID, "invalid image reference {image}") + missing

@@ -6,7 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from image_preflight.core.admission import steering
-from image_preflight.core.admission.review import Answer, ReviewDecision, Settings, refusing_deep_reviews, reply
+from image_preflight.core.admission.answers import Answer, ReviewDecision, reply
+from image_preflight.core.admission.body import refusing_deep_reviews
+from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.decision import Requirement, decide
 from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.objects import as_mapping

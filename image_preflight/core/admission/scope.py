@@ -1,0 +1,77 @@
+"""Which reviews the webhook decides: the workload kinds of their own API groups, placeable now, on
+CREATE, and on the UPDATE that changes their images or placement (or makes them placeable)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+
+from image_preflight.core.decide.workloads import (
+    CONTAINER_FIELDS,
+    SCHEDULING_FIELDS,
+    VOLUMES,
+    WORKLOAD_KINDS,
+    WorkloadError,
+    pod_spec_of,
+)
+from image_preflight.core.objects import is_mapping
+
+# The API group each workload kind is decided for (other groups' same-named kinds pass).
+GROUPS = {"Pod": "", "PodTemplate": "", "ReplicationController": "", "Job": "batch", "CronJob": "batch",
+           "Deployment": "apps", "StatefulSet": "apps", "DaemonSet": "apps", "ReplicaSet": "apps"}
+
+
+def in_scope(request: Mapping, kind_info: Mapping, obj: Mapping) -> bool:
+    kind = kind_info.get("kind")
+    if not isinstance(kind, str) or kind not in WORKLOAD_KINDS or kind_info.get("group", "") != GROUPS[kind]:
+        return False
+    if request.get("subResource"):
+        return False
+    if not placeable(obj):
+        return False  # decided when it becomes placeable: its selector may still be narrowed
+    operation = request.get("operation")
+    if operation == "CREATE":
+        return True
+    if operation == "UPDATE":
+        old = request.get("oldObject")
+        return not placeable(old) or _placement_or_images(obj) != _placement_or_images(old)
+    return False
+
+
+def placeable(obj: object) -> bool:
+    """Whether pods of `obj` may be placed now. A suspended Job creates no pods
+    (pkg/controller/job/job_controller.go, syncJob) and a Pod with schedulingGates is not
+    scheduled (pkg/scheduler/framework/plugins/schedulinggates); Kueue holds both, narrows the
+    selector and releases them with an UPDATE, which is then decided whatever else it changed."""
+    if not is_mapping(obj):
+        return True
+    spec = obj.get("spec")  # type: ignore[union-attr]
+    if not is_mapping(spec):
+        return True
+    if obj.get("kind") == "Job" and spec.get("suspend") is True:  # type: ignore[union-attr]
+        return False
+    return not (obj.get("kind") == "Pod" and spec.get("schedulingGates"))  # type: ignore[union-attr]
+
+
+def _placement_or_images(obj: object) -> object:
+    """What an UPDATE must change for the verdict to change (Kueue sets nodeSelector on unsuspend)."""
+    try:
+        spec = pod_spec_of(obj)  # type: ignore[arg-type]
+    except WorkloadError:
+        return None
+    # Compared as JSON: any value, however malformed (the decision then calls it unreadable).
+    containers = [(c.get("image"), c.get("imagePullPolicy")) if isinstance(c, Mapping) else c
+                  for f in CONTAINER_FIELDS for c in _as_list(spec.get(f))]
+    volumes = [v.get("image") if isinstance(v, Mapping) else v for v in _as_list(spec.get(VOLUMES))]
+    return _canonical([containers, volumes, [spec.get(f) for f in SCHEDULING_FIELDS]])
+
+
+def _as_list(value: object) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def _canonical(value: object) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, default=str)
+    except (TypeError, ValueError, RecursionError):  # keys of mixed types, a cycle: compare as text
+        return repr(value)
