@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Set
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from image_preflight.core.decide.memory import Memory
 from image_preflight.core.decide.references import InvalidReference, docker_ref, is_valid_digest
@@ -127,18 +127,32 @@ class NodeImages:
         return self.current(now)
 
 
-@dataclass(frozen=True, slots=True)
 class Inventory:
-    nodes: tuple[NodeImages, ...] = ()
-    # The cluster's RuntimeClasses by name; a pod naming one not here is undecidable.
-    runtime_classes: Mapping[str, RuntimeClassScheduling] = field(default_factory=dict)
-    _by_name: Mapping[str, NodeImages] = field(init=False, repr=False, compare=False)
-    # What decisions about this inventory remember (image_preflight.core.decide.memory).
-    memory: Memory = field(init=False, repr=False, compare=False)
+    """The nodes and what they hold, and the RuntimeClasses pods may name; read-only once made.
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_by_name", {n.node: n for n in self.nodes})
-        object.__setattr__(self, "memory", Memory(t for n in self.nodes for t in n.changes()))
+    `memory` is what decisions about this inventory remember (image_preflight.core.decide.memory):
+    made with the inventory from its nodes' lease times, it starts empty for every new inventory,
+    so nothing remembered outlives the view it was decided on.
+    """
+
+    __slots__ = ("nodes", "runtime_classes", "_by_name", "memory")
+    __hash__ = None  # type: ignore[assignment]  # compared by content, remembered by identity
+
+    def __init__(self, nodes: Iterable[NodeImages] = (),
+                 runtime_classes: Mapping[str, RuntimeClassScheduling] | None = None) -> None:
+        self.nodes: tuple[NodeImages, ...] = tuple(nodes)
+        # The cluster's RuntimeClasses by name; a pod naming one not here is undecidable.
+        self.runtime_classes: Mapping[str, RuntimeClassScheduling] = dict(runtime_classes or {})
+        self._by_name: Mapping[str, NodeImages] = {n.node: n for n in self.nodes}
+        self.memory = Memory(t for n in self.nodes for t in n.changes())
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Inventory):
+            return NotImplemented
+        return (self.nodes, dict(self.runtime_classes)) == (other.nodes, dict(other.runtime_classes))
+
+    def __repr__(self) -> str:
+        return f"Inventory(nodes={self.nodes!r}, runtime_classes={dict(self.runtime_classes)!r})"
 
     @property
     def decisions(self) -> dict:
