@@ -29,7 +29,7 @@ def _print(images: ImageClient, node: str, lease: int, sandbox_fallback: str | N
     listed = image_dicts(images.list_images())
     sandbox = images.sandbox_image() or sandbox_fallback
     obj = node_images_object(node, listed, observed_at=time.time(), lease_seconds=lease,
-                             sandbox_image=sandbox_image_report(sandbox, listed) if sandbox else None)
+                             spec={"sandboxImage": sandbox_image_report(sandbox, listed) if sandbox else None})
     json.dump(obj, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

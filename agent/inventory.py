@@ -72,49 +72,54 @@ def _keys(names: Iterable[str]) -> set[str]:
     return keys
 
 
-def node_images_object(
-    node: str, images: Sequence[Mapping], *, observed_at: float, lease_seconds: int,
-    sandbox_image: Mapping | None = None, pinning: Mapping | None = None,
-) -> dict:
+# The spec fields an agent reports beside its images: spec.sandboxImage (sandbox_image_report)
+# and spec.pinning (core.image_gc.pinning.pinning_report).
+OPTIONAL_SPEC = ("sandboxImage", "pinning")
+
+
+def node_images_object(node: str, images: Sequence[Mapping], *, observed_at: float, lease_seconds: int,
+                       spec: Mapping[str, Mapping | None] | None = None) -> dict:
     """The NodeImages object; `spec.imageCount` is for `kubectl get` only (readers count `images`).
-    `sandbox_image` (sandbox_image_report) becomes `spec.sandboxImage`, `pinning`
-    (core.image_gc.pinning.pinning_report) `spec.pinning`; None leaves either out."""
+    `spec`: the OPTIONAL_SPEC fields it carries (a None value leaves one out)."""
+    extra = {name: value for name, value in (spec or {}).items() if value is not None}
     obj = runtime_object(node, images, observed_at=observed_at, lease_seconds=lease_seconds,
-                         sandbox_image=sandbox_image)
+                         sandbox_image=extra.get("sandboxImage"))
     obj["spec"]["imageCount"] = len(images)
-    if pinning is not None:
-        obj["spec"]["pinning"] = dict(pinning)
+    if "pinning" in extra:
+        obj["spec"]["pinning"] = dict(extra["pinning"])
     return obj
 
 
 def publish_reason(
     stored: Mapping | None, images: Sequence[Mapping], *, now: float, lease_seconds: int,
-    sandbox_image: Mapping | None = None, pinning: Mapping | None = None,
+    spec: Mapping[str, Mapping | None] | None = None, digests: tuple[str, str] | None = None,
 ) -> str | None:
     """Why the object must be written now (CREATE, CHANGED, RENEW), or None to leave it.
 
-    `stored` is the object as last read from or written to the apiserver; `sandbox_image` and
-    `pinning` the `spec.sandboxImage` and `spec.pinning` it should carry (None: none).
+    `stored` is the object as last read from or written to the apiserver; `spec` the OPTIONAL_SPEC
+    fields it should carry (None: none). `digests`: the fingerprints of the stored images and of
+    `images`, where the caller keeps them (a list of 10,000 images takes milliseconds to digest).
     """
     if stored is None:
         return CREATE
-    spec = stored.get("spec") if isinstance(stored.get("spec"), Mapping) else {}
-    stored_images = spec.get("images")
+    stored_spec = stored.get("spec") if isinstance(stored.get("spec"), Mapping) else {}
+    stored_images = stored_spec.get("images")
     if not isinstance(stored_images, list) or not all(isinstance(i, Mapping) for i in stored_images):
         return CHANGED
     try:
-        if fingerprint(stored_images) != fingerprint(images):
-            return CHANGED
+        stored_digest, digest = digests if digests is not None else (fingerprint(stored_images), fingerprint(images))
     except (TypeError, ValueError):  # an object someone else wrote badly: ours replaces it
         return CHANGED
-    if spec.get("sandboxImage") != (dict(sandbox_image) if sandbox_image is not None else None):
+    if stored_digest != digest:
         return CHANGED
-    if spec.get("pinning") != (dict(pinning) if pinning is not None else None):
-        return CHANGED
-    if spec.get("leaseDurationSeconds") != lease_seconds:
+    for name in OPTIONAL_SPEC:
+        value = (spec or {}).get(name)
+        if stored_spec.get(name) != (dict(value) if value is not None else None):
+            return CHANGED
+    if stored_spec.get("leaseDurationSeconds") != lease_seconds:
         return RENEW
     try:
-        observed_at = parse_time(spec.get("observedAt"), "spec.observedAt")
+        observed_at = parse_time(stored_spec.get("observedAt"), "spec.observedAt")
     except ValueError:
         return RENEW
     if now >= observed_at + lease_seconds * (1 - RENEW_WHEN_REMAINING):

@@ -31,8 +31,6 @@ class Pinner:
         self._said: str | None = None  # the problem last logged, so each is logged once
         self._settled: tuple | None = None  # (list, images fingerprint) of the last empty plan
         self._report: tuple | None = None  # (what it was made of, spec.pinning)
-        self._images: Sequence[Mapping] | None = None
-        self._images_fingerprint = ""
         self.pinned = 0  # records labelled since start
         self.unpinned = 0
 
@@ -67,8 +65,10 @@ class Pinner:
             log.info("pinning the images configmap %s lists (%s %s)", self.source, version.runtime_name,
                      version.runtime_version)
 
-    def apply(self, images: Sequence[Mapping]) -> dict:
-        """Pin and unpin what the plan says for `images` (the runtime's list); spec.pinning."""
+    def apply(self, images: Sequence[Mapping], digest: str | None = None) -> dict:
+        """Pin and unpin what the plan says for `images` (the runtime's list, whose fingerprint is
+        `digest` where the caller has it); spec.pinning."""
+        digest = fingerprint(images) if digest is None else digest
         needed = self.needed
         problem = None
         if not self.runtime_known:
@@ -77,29 +77,24 @@ class Pinner:
             problem = f"configmap {self.source} not read yet (see the agent's log)"
         elif self.refusal is None:
             try:
-                self._carry_out(needed, images)
+                self._carry_out(needed, images, digest)
             except CRIError as exc:
                 problem = str(exc)
                 if problem != self._said:
                     log.warning("pinning: %s; trying again next cycle", problem)
         self._said = problem
-        key = (needed, self._fingerprint(images), self.refusal, problem, self._refused)
+        key = (needed, digest, self.refusal, problem, self._refused)
         if self._report is None or self._report[0] != key:  # matching 10,000 names costs tens of ms
             self._report = (key, pinning_report(source=self.source, refusal=self.refusal, needed=needed,
                                                 images=images, problem=problem, refused=self._refused,
                                                 max_bytes=self.max_bytes))
         return dict(self._report[1])
 
-    def _fingerprint(self, images: Sequence[Mapping]) -> str:
-        if self._images is not images:  # one list per cycle: computed once for the plan and the report
-            self._images, self._images_fingerprint = images, fingerprint(images)
-        return self._images_fingerprint
-
-    def _carry_out(self, needed: NeededImages, images: Sequence[Mapping]) -> None:
+    def _carry_out(self, needed: NeededImages, images: Sequence[Mapping], digest: str) -> None:
         # The plan is a function of the list, the images (their pinned flags included) and our
         # marks, which only we change: once a plan came out empty, the same list and images need
         # no List of the marks until either changes.
-        settled = (needed, self._fingerprint(images))
+        settled = (needed, digest)
         if settled == self._settled:
             return
         plan = pin_plan(needed, images, self.records.marked(), self.max_bytes)

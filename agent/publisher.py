@@ -17,7 +17,13 @@ from kubernetes.client.exceptions import ApiException
 
 from image_preflight.agent.cri import CRIError, ImageClient
 from image_preflight.agent.events import ImageEvents
-from image_preflight.agent.inventory import image_dicts, node_images_object, publish_reason, sandbox_image_report
+from image_preflight.agent.inventory import (
+    fingerprint,
+    image_dicts,
+    node_images_object,
+    publish_reason,
+    sandbox_image_report,
+)
 from image_preflight.agent.pinner import Pinner
 from image_preflight.kube.watch import describe_error
 from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION
@@ -43,6 +49,7 @@ class Publisher:
         self.node = node
         self.lease_seconds = lease_seconds
         self._stored: dict | None = None  # the object as last read or written
+        self._stored_digest: tuple[int, str] | None = None  # (id of _stored, its images' fingerprint)
         self._known = False  # False: _stored may be out of date, read before deciding
         # The spec fields the apiserver dropped (a CRD from before them): sending them again would
         # make every cycle see a change and write.
@@ -52,23 +59,23 @@ class Publisher:
     def stored(self) -> dict | None:
         return self._stored
 
-    def publish(self, images: list[dict], *, now: float, sandbox_image: Mapping | None = None,
-                pinning: Mapping | None = None) -> str | None:
+    def publish(self, images: list[dict], *, now: float, digest: str | None = None,
+                spec: Mapping[str, Mapping | None] | None = None) -> str | None:
         """Write the object if due; returns why it was written (see agent.inventory), or None.
-        `sandbox_image` is `spec.sandboxImage` (agent.inventory.sandbox_image_report), `pinning`
-        `spec.pinning` (core.image_gc.pinning.pinning_report), None for none."""
-        extra = {"sandboxImage": sandbox_image, "pinning": pinning}
-        extra = {field: None if field in self.pruned else value for field, value in extra.items()}
+        `digest`: fingerprint(images), where the caller has it; `spec`: the OPTIONAL_SPEC fields
+        (agent.inventory), None for none."""
+        extra = {field: None if field in self.pruned else value for field, value in (spec or {}).items()}
+        digest = fingerprint(images) if digest is None else digest
         for _ in range(_MAX_ATTEMPTS):
             if not self._known:
                 self._stored = self._read()
                 self._known = True
-            reason = publish_reason(self._stored, images, now=now, lease_seconds=self.lease_seconds,
-                                    sandbox_image=extra["sandboxImage"], pinning=extra["pinning"])
+            reason = publish_reason(self._stored, images, now=now, lease_seconds=self.lease_seconds, spec=extra,
+                                    digests=(self._digest_of_stored(), digest))
             if reason is None:
                 return None
             body = node_images_object(self.node, images, observed_at=now, lease_seconds=self.lease_seconds,
-                                      sandbox_image=extra["sandboxImage"], pinning=extra["pinning"])
+                                      spec=extra)
             self._known = False  # a write that fails in any way leaves the stored object unknown
             try:
                 self._stored = self._write(body)
@@ -86,6 +93,17 @@ class Publisher:
                                 " upgrades a CRD) and restart the agent to report it", self.where, field)
             return reason
         raise PublishError(f"{self.where}: still conflicting after {_MAX_ATTEMPTS} attempts")
+
+    def _digest_of_stored(self) -> str:
+        """The stored images' fingerprint, digested once per stored object ("" for one that cannot be)."""
+        if self._stored_digest is None or self._stored_digest[0] != id(self._stored):
+            images = (self._stored or {}).get("spec", {}).get("images") if isinstance(self._stored, dict) else None
+            try:
+                digest = fingerprint(images) if isinstance(images, list) else ""
+            except (TypeError, ValueError, AttributeError):
+                digest = ""
+            self._stored_digest = (id(self._stored), digest)
+        return self._stored_digest[1]
 
     def _read(self) -> dict | None:
         try:
@@ -174,10 +192,10 @@ class Agent:
         if self.cri_failures:
             log.info("CRI endpoint %s answers again", self.images.endpoint)
             self.cri_failures = 0
-        sandbox = self._sandbox_report(images)
-        pinning = self._pin(images)
+        digest = fingerprint(images)  # once a cycle, for the pinner and the publisher
+        spec = {"sandboxImage": self._sandbox_report(images), "pinning": self._pin(images, digest)}
         try:
-            reason = self.publisher.publish(images, now=self.clock(), sandbox_image=sandbox, pinning=pinning)
+            reason = self.publisher.publish(images, now=self.clock(), digest=digest, spec=spec)
         except PublishError as exc:
             log.warning("%s; retrying in %g s", exc, self.interval)
             return True
@@ -188,7 +206,7 @@ class Agent:
             log.info("%s: written (%s, %d images)", self.publisher.where, reason, len(images))
         return True
 
-    def _pin(self, images: list[dict]) -> dict | None:
+    def _pin(self, images: list[dict], digest: str) -> dict | None:
         """spec.pinning after pinning what is due; the pins show in the next list, which the
         runtime's image events bring within about a second."""
         if self.pinner is None:
@@ -198,7 +216,7 @@ class Agent:
                 self.pinner.runtime(self.images.version())
             except CRIError as exc:  # ListImages answered a moment ago: try again next cycle
                 log.debug("%s; the runtime's version next cycle", exc)
-        return self.pinner.apply(images)
+        return self.pinner.apply(images, digest)
 
     def _sandbox_report(self, images: list[dict]) -> dict | None:
         """spec.sandboxImage for this list; a Status call costs well under a millisecond."""
