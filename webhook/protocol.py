@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import asyncio
 
+# uvicorn's internals, here only: no public hook sees a request's first byte or the end of its
+# headers, nor lets a shutdown answer with Connection: close. tests/webhook/test_header_deadline.py
+# names each internal relied on, so a uvicorn release that moves one fails there.
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 # The scope key saying the connection's client presented a certificate the TLS layer verified

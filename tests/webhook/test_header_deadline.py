@@ -66,3 +66,21 @@ def test_the_second_server_on_a_loop_closes_a_slow_header_client_too(two_servers
             slow.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")  # headers never completed
             assert _closed_within(slow, 2 * protocol.SWEEP_S + 1.5), "the second server never swept"
             assert time.monotonic() - started < 2 * protocol.SWEEP_S + 1.5
+
+
+def test_the_uvicorn_internals_protocol_py_relies_on_are_there():
+    """webhook/protocol.py subclasses uvicorn's HttpToolsProtocol, uvicorn's internals: the one place
+    the project leans on them. A uvicorn release that renames one fails here, by name, rather than
+    as a connection left open."""
+    import inspect
+
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+    protocol, cycle = inspect.getsource(HttpToolsProtocol), inspect.getsource(RequestResponseCycle)
+    for attribute in ("self.cycle", "self.server_state", "self.connections", "self.loop", "self.transport",
+                      "self.scope"):
+        assert attribute in protocol, attribute
+    for hook in ("connection_made", "on_message_begin", "on_headers_complete", "shutdown"):
+        assert callable(getattr(HttpToolsProtocol, hook, None)), hook
+    for attribute in ("self.keep_alive", "self.response_complete"):
+        assert attribute in cycle, attribute
