@@ -164,7 +164,7 @@ def docker_line(repository: str, tag: str, digest: str = "<none>", image_id: str
 # --- inventories and pod specs for the decision ------------------------------------------------------
 
 
-NOW = 1_796_000_000.0
+NOW = OBSERVED  # decisions' clock: the moment the lists were observed
 SWE = "swebench/swesmith.x86_64.owner_1776_repo.abcdef12:openai"
 
 
@@ -398,7 +398,8 @@ def waiting_pod(*, reason: str | None = "ErrImageNeverPull", image: str = "swe/t
     }
 
 
-WEBHOOKS = frozenset({"validate.image-preflight.io"})
+WEBHOOK = "validate.image-preflight.io"  # the chart's ValidatingWebhookConfiguration
+WEBHOOKS = frozenset({WEBHOOK})
 
 
 def failed_create(webhook: str = "validate.image-preflight.io", *, reason: str = "FailedCreate",
@@ -453,7 +454,6 @@ def unstarted(**changes) -> dict:
     return bound
 
 
-WEBHOOK = "validate.image-preflight.io"
 ENFORCE_LABEL = {"image-preflight.io/enforce": "true"}
 DENIED_PREFIX = f'admission webhook "{WEBHOOK}" denied the request: invalid:'
 

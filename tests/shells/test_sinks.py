@@ -59,7 +59,8 @@ def test_the_watchdog_reads_each_relist_from_a_generator():
     dog.replace_events(once(failed_create()))
     dog.replace_sandbox_events(once())
     clock[0] += 15.0
-    assert [stall.key for stall in dog.take_due()]  # the pod and the denied Job were both seen
+    # The pod and the denied Job were both seen.
+    assert sorted(stall.key for stall in dog.take_due()) == ["job/job-uid", "pod/pod-uid"]
 
 
 def test_the_needed_images_watch_reads_its_relist_from_a_generator():
