@@ -6,6 +6,7 @@ scan, the Python API and agent_lightning.filter_datasets all judge rows here.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -128,3 +129,10 @@ def needed_images(rows: Iterable[Mapping], **rules) -> list[str]:
     Jobs, each as the runtime names it ('docker.io/library/foo:openai'), sorted: the lines of
     `image-preflight scan --needed-images`, for the node agent to pin (docs/agent.md)."""
     return judge_rows(rows, **rules).needed
+
+
+# help() shows judge_rows' keywords on its two views: they are defined once, there.
+for _view, _returns in ((filter_rows, "tuple[list[Mapping], list[tuple[int, Mapping, RowVerdict]]]"),
+                        (needed_images, "list[str]")):
+    _view.__signature__ = inspect.signature(judge_rows).replace(return_annotation=_returns)  # type: ignore[attr-defined]
+del _view, _returns

@@ -133,7 +133,8 @@ def test_inventory_dump_names_itself_in_its_errors(tmp_path, capsys):
 
 
 def test_the_api_shows_its_defaults_as_a_caller_writes_them():
-    for function in (image_preflight.judge_rows, image_preflight.decide):
+    for function in (image_preflight.judge_rows, image_preflight.filter_rows, image_preflight.needed_images,
+                     image_preflight.decide):
         assert "require: 'str' = 'all'" in str(inspect.signature(function)), function
 
 
