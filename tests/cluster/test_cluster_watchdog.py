@@ -179,7 +179,7 @@ def test_a_job_whose_pod_waits_with_err_image_never_pull_fails_and_kr8s_sees_it(
     (event,) = [e for e in cluster.events(namespace, "Job", "never-pull") if e.reason == job_failure.EVENT_REASON]
     assert event.type == "Warning" and all(text in event.message for text in (
         "ErrImageNeverPull", NODE, "docker.io/" + HELD, never_pull_message(HELD)))
-    (line,) = [x for x in cluster.watchdog.lines() if x.get("job") == "never-pull"]
+    line = cluster.watchdog.line(job="never-pull")
     assert (line["action"], line["namespace"], line["mode"]) == ("failed", namespace, "enforce")
 
 
@@ -236,7 +236,7 @@ def test_a_bare_pod_gets_an_event_and_nothing_else(cluster):
                                  if e.reason == job_failure.EVENT_REASON], "the Pod's Event", timeout_s=BOUND_S)
     assert "it has no controller" in event.message and "ErrImageNeverPull" in event.message
     assert cluster.core.read_namespaced_pod("bare", namespace).metadata.deletion_timestamp is None
-    (line,) = [x for x in cluster.watchdog.lines() if x.get("namespace") == namespace]
+    line = cluster.watchdog.line(namespace=namespace)
     assert line["action"] == "event-only"
 
 
@@ -260,7 +260,7 @@ def test_a_job_whose_pod_the_webhook_denied_fails_at_the_failed_create(cluster):
     assert denials and all(DENIED_PREFIX in m for m in denials), denials
     (event,) = [e for e in cluster.events(namespace, "Job", "denied") if e.reason == job_failure.EVENT_REASON]
     assert "the admission webhook denied its Pod: invalid:" in event.message and LATER in event.message
-    (line,) = [x for x in cluster.watchdog.lines() if x.get("job") == "denied"]
+    line = cluster.watchdog.line(job="denied")
     assert (line["action"], line["reason"]) == ("failed", "FailedCreate")
 
 

@@ -97,5 +97,15 @@ class Watchdog:
                 found.append(json.loads(line))
         return found
 
+    def line(self, **fields) -> dict:
+        """The one line with these fields, waited for: the watchdog writes it after the Event and
+        the patch a test sees first, through a log buffer flushed every FLUSH_S."""
+        def matching() -> list[dict]:
+            return [x for x in self.lines() if all(x.get(k) == v for k, v in fields.items())]
+
+        wait_for(matching, f"the watchdog's line with {fields}", timeout_s=10)
+        (found,) = matching()
+        return found
+
     def tail(self) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-30:])
