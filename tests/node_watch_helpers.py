@@ -1,6 +1,5 @@
-"""What the NodeWatcher tests share, on the real control plane and on the in-process double: a
-sink that records every call, and NodeWatchers (or the same ResourceWatcher over list_node, for an
-option NodeWatcher does not pass on) started in threads and stopped after the test."""
+"""What the node watch's tests share, on the real control plane and on the in-process double: a
+sink that records every call, and node watchers started in threads and stopped after the test."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ from typing import Callable
 
 from kubernetes import client as k8s
 
-from image_preflight.kube.nodes import NodeWatcher
+from image_preflight.kube.nodes import node_watcher
 from image_preflight.kube.watch import ResourceWatcher
 
 DEADLINE = 10.0
@@ -63,15 +62,6 @@ class Running:
     sink: RecordingSink
     thread: threading.Thread
     restarts: list[str]
-
-
-def node_watcher(api_client: k8s.ApiClient, sink: RecordingSink, **options) -> ResourceWatcher:
-    """A NodeWatcher; with `silence_timeout`, which NodeWatcher does not pass on, the same
-    ResourceWatcher over list_node."""
-    if "silence_timeout" not in options:
-        return NodeWatcher(api_client, sink, **options)
-    return ResourceWatcher(k8s.CoreV1Api(api_client).list_node, replace=sink.replace_nodes, upsert=sink.upsert_node,
-                           delete=lambda node: sink.delete_node(node["metadata"]["name"]), what="node", **options)
 
 
 class Watchers:

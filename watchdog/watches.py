@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import kubernetes.client
 
-from image_preflight.kube.watch import PAGE, ResourceWatcher
+from image_preflight.kube.watch import ResourceWatcher
 from image_preflight.watchdog.runner import Watchdog
 
 
@@ -19,7 +19,7 @@ def watchers(api: kubernetes.client.ApiClient, sink: Watchdog, *, namespace_sele
     ANDs its terms (k8s.io/apimachinery/pkg/fields). `options` go to each ResourceWatcher (backoff,
     timeouts)."""
     core = kubernetes.client.CoreV1Api(api)
-    common = {"on_restart": on_restart, "page_size": PAGE, **options}
+    common = {"on_restart": on_restart, **options}
     found = [
         ResourceWatcher(core.list_namespace, replace=sink.replace_namespaces, upsert=sink.upsert_namespace,
                         delete=sink.delete_namespace, what="namespace", label_selector=namespace_selector, **common),

@@ -114,27 +114,25 @@ def _inventory_source(config: ServeConfig, metrics: Metrics, stops: Stops):
         stops.add(source.stop)
         # A file is as current as its author made it: ready once read, age since last written.
         return source, lambda: time.time() - source.mtime, source.synced.is_set
-    from image_preflight.kube.node_images import start_runtime_watch
-    from image_preflight.kube.nodes import NodeWatcher
+    from image_preflight.kube.node_images import node_images_watcher
+    from image_preflight.kube.nodes import node_watcher
     from image_preflight.kube.runtime_classes import runtime_class_watcher
 
     api = config.cluster.client()
     stops.add(api.close)  # last: after every watch on it
     live = LiveInventory(max_images=config.max_images)
-    watcher = NodeWatcher(
-        api, live, label_selector=config.node_selector,
-        on_restart=lambda reason: metrics.watch_restarts.labels(reason).inc(),
-    )
-    watcher.start()
-    stops.add(watcher.stop)
+
+    def restarted(reason: str) -> None:
+        metrics.watch_restarts.labels(reason).inc()
+
+    watcher = node_watcher(api, live, label_selector=config.node_selector, on_restart=restarted)
     # The node agents' complete lists, where the CRD is installed; node status otherwise.
-    runtime = start_runtime_watch(api, live, lambda reason: metrics.watch_restarts.labels(reason).inc())
-    stops.add(runtime.stop)
     # Readiness does not wait for RuntimeClasses: until listed, a pod naming one is undecided
     # (unknown), while every other pod is decided as soon as the nodes are known.
-    classes = runtime_class_watcher(api, live, on_restart=lambda reason: metrics.watch_restarts.labels(reason).inc())
-    classes.start()
-    stops.add(classes.stop)
+    for started in (watcher, node_images_watcher(api, live, on_restart=restarted),
+                    runtime_class_watcher(api, live, on_restart=restarted)):
+        started.start()
+        stops.add(started.stop)
 
     def age() -> float:
         # Events and bookmarks both prove the view current, even when nothing changed.

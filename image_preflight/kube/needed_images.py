@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import kubernetes.client
 
-from image_preflight.kube.watch import PAGE, ResourceWatcher
+from image_preflight.kube.watch import ResourceWatcher
 
 
 def split_source(source: str) -> tuple[str, str]:
@@ -39,6 +39,5 @@ def needed_images_watcher(api_client: kubernetes.client.ApiClient, source: str,
         delete=lambda _: on_change(None),
         what="configmap",
         field_selector=f"metadata.name={name}",
-        page_size=PAGE,
         **options,
     )

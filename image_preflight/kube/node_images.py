@@ -8,12 +8,12 @@ an expired lease makes that list inconclusive (see NodeImages.conclusive). Witho
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 import kubernetes.client
 
-from image_preflight.kube.watch import ResourceWatcher
+from image_preflight.kube.watch import NODE_PAGE, ResourceWatcher
 from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION
 
 # How often a missing CRD is looked for again.
@@ -39,15 +39,8 @@ def runtime_node_name(obj: object) -> str | None:
     return node if isinstance(node, str) and node else None
 
 
-def runtime_watcher(
-    api_client: kubernetes.client.ApiClient,
-    sink: RuntimeSink,
-    *,
-    on_restart: Callable[[str], None] | None = None,
-    **options,
-) -> ResourceWatcher:
+def node_images_watcher(api_client: kubernetes.client.ApiClient, sink: RuntimeSink, **options) -> ResourceWatcher:
     """A ResourceWatcher over NodeImages feeding `sink`, not started; `options` go to it."""
-    options = {"absent_retry": ABSENT_RETRY_SECONDS, **options}
     return ResourceWatcher(
         functools.partial(
             kubernetes.client.CustomObjectsApi(api_client).list_cluster_custom_object, GROUP, VERSION, PLURAL
@@ -56,17 +49,5 @@ def runtime_watcher(
         upsert=sink.upsert_runtime,
         delete=lambda obj: sink.delete_runtime(runtime_node_name(obj) or ""),
         what="nodeimages",
-        on_restart=on_restart,
-        **options,
+        **{"absent_retry": ABSENT_RETRY_SECONDS, "page_size": NODE_PAGE, **options},
     )
-
-
-def start_runtime_watch(
-    api_client: kubernetes.client.ApiClient,
-    live_inventory: RuntimeSink,
-    on_restart: Callable[[str], None] | None = None,
-) -> ResourceWatcher:
-    """Start following NodeImages into `live_inventory` (a LiveInventory); returns the watcher."""
-    watcher = runtime_watcher(api_client, live_inventory, on_restart=on_restart)
-    watcher.start()
-    return watcher

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Callable, Protocol
+from typing import Protocol
 
 import kubernetes.client
 
-from image_preflight.kube.watch import BACKOFF_MAX_S, ResourceWatcher
+from image_preflight.kube.watch import NODE_PAGE, ResourceWatcher
 
 
 class NodeSink(Protocol):
@@ -18,32 +18,14 @@ class NodeSink(Protocol):
     def delete_node(self, name: str) -> None: ...
 
 
-class NodeWatcher(ResourceWatcher):
-    """Follows the cluster's Nodes into a NodeSink."""
-
-    def __init__(
-        self,
-        api_client: kubernetes.client.ApiClient,
-        sink: NodeSink,
-        *,
-        label_selector: str | None = None,
-        watch_timeout_seconds: int = 300,
-        backoff_initial: float = 0.5,
-        backoff_max: float = BACKOFF_MAX_S,
-        on_restart: Callable[[str], None] | None = None,
-        **options,
-    ):
-        """`options` go to ResourceWatcher (silence_timeout, ...)."""
-        super().__init__(
-            kubernetes.client.CoreV1Api(api_client).list_node,
-            replace=sink.replace_nodes,
-            upsert=sink.upsert_node,
-            delete=lambda node: sink.delete_node(node["metadata"]["name"]),
-            what="node",
-            label_selector=label_selector,
-            watch_timeout_seconds=watch_timeout_seconds,
-            backoff_initial=backoff_initial,
-            backoff_max=backoff_max,
-            on_restart=on_restart,
-            **options,
-        )
+def node_watcher(api_client: kubernetes.client.ApiClient, sink: NodeSink, **options) -> ResourceWatcher:
+    """A ResourceWatcher over Nodes feeding `sink`, not started; `options` go to it
+    (label_selector, on_restart, backoff, timeouts)."""
+    return ResourceWatcher(
+        kubernetes.client.CoreV1Api(api_client).list_node,
+        replace=sink.replace_nodes,
+        upsert=sink.upsert_node,
+        delete=lambda node: sink.delete_node(node["metadata"]["name"]),
+        what="node",
+        **{"page_size": NODE_PAGE, **options},
+    )

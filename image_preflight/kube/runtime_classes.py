@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Protocol
 
 import kubernetes.client
@@ -21,21 +21,13 @@ class RuntimeClassSink(Protocol):
     def delete_runtime_class(self, obj: dict) -> None: ...
 
 
-def runtime_class_watcher(
-    api_client: kubernetes.client.ApiClient,
-    sink: RuntimeClassSink,
-    *,
-    on_restart: Callable[[str], None] | None = None,
-    **options,
-) -> ResourceWatcher:
+def runtime_class_watcher(api_client: kubernetes.client.ApiClient, sink: RuntimeClassSink, **options) -> ResourceWatcher:
     """A ResourceWatcher over RuntimeClasses feeding `sink`, not started; `options` go to it."""
-    options = {"absent_retry": ABSENT_RETRY_SECONDS, **options}
     return ResourceWatcher(
         kubernetes.client.NodeV1Api(api_client).list_runtime_class,
         replace=sink.replace_runtime_classes,
         upsert=sink.upsert_runtime_class,
         delete=sink.delete_runtime_class,
         what="runtimeclass",
-        on_restart=on_restart,
-        **options,
+        **{"absent_retry": ABSENT_RETRY_SECONDS, **options},
     )

@@ -3,8 +3,11 @@
 This is the I/O shell around the pure core: it talks to the apiserver through the official
 client and hands plain dicts (camelCase, as the API returns them) to callbacks. It reads raw
 JSON instead of building models, which is far too slow for objects carrying thousands of
-image names. image_preflight.kube.nodes follows Nodes with it, image_preflight.kube.node_images the
-agents' NodeImages.
+image names.
+
+Every watch has one shape: a function named for what it follows (`node_watcher`,
+`node_images_watcher`, `runtime_class_watcher`, `needed_images_watcher`, the watchdog's
+`watchers`) returns ResourceWatchers, not started; whoever owns their lifetime starts and stops them.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ class ResourceWatcher:
     """List and watch what `list_objects` lists, handing raw dicts to the callbacks.
 
     `list_objects(**query)` is a generated client's list method with everything but the query
-    bound, e.g. `CoreV1Api(api).list_node`. `replace` gets the full list after every (re)list,
+    bound, e.g. `CoreV1Api(api).list_node`; `what` names it in logs and the thread. `replace` gets the full list after every (re)list,
     `upsert` each added or modified object, `delete` each deleted one. With `absent_retry`, a 404
     (the resource is not served, e.g. its CRD is not installed) counts as an empty list, logged
     once, and the list is tried again quietly about every `absent_retry` seconds.
@@ -75,7 +78,7 @@ class ResourceWatcher:
         replace: Callable[[Iterable[dict]], None],
         upsert: Callable[[dict], None],
         delete: Callable[[dict], None],
-        what: str = "node",
+        what: str,
         label_selector: str | None = None,
         field_selector: str | None = None,
         watch_timeout_seconds: int = 300,
@@ -84,7 +87,7 @@ class ResourceWatcher:
         on_restart: Callable[[str], None] | None = None,
         absent_retry: float | None = None,
         silence_timeout: float = SILENCE_TIMEOUT_S,
-        page_size: int = NODE_PAGE,
+        page_size: int = PAGE,
     ):
         self._list_objects = list_objects
         self._replace, self._upsert, self._delete = replace, upsert, delete

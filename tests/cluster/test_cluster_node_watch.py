@@ -1,4 +1,4 @@
-"""NodeWatcher through the real kubernetes client on the real control plane, as the webhook's
+"""The node watch (node_watcher) through the real kubernetes client on the real control plane, as the webhook's
 ServiceAccount: the first list read in pages and handed over as raw camelCase dicts, then watched
 from its resourceVersion; additions, changes and deletions propagated; bookmarks advancing the
 resourceVersion, and a quiet watch ended by the apiserver rather than dropped as silent; a failing
@@ -23,7 +23,7 @@ def images(count: int) -> list[list[str]]:
 
 @dataclass
 class Cluster:
-    """NodeWatchers acting as the webhook's ServiceAccount, each with a fresh token, watching this
+    """Node watchers acting as the webhook's ServiceAccount, each with a fresh token, watching this
     test's nodes only; the audit log holds their requests."""
 
     plane: ControlPlane

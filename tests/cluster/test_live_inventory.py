@@ -1,4 +1,4 @@
-"""LiveInventory fed by NodeWatcher through the real kubernetes client: on the real control plane,
+"""LiveInventory fed by the node watch through the real kubernetes client: on the real control plane,
 and on the in-process double where a list is held failing, a watch dropped or its history compacted
 at a chosen moment; and `serve --kubeconfig` while its lists fail."""
 
@@ -19,7 +19,8 @@ from image_preflight.core.admission.review import admit
 from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.inventory import NodeImages
 from image_preflight.webhook.live_inventory import LiveInventory
-from image_preflight.kube.nodes import NodeWatcher
+from image_preflight.kube.nodes import node_watcher
+from image_preflight.kube.watch import ResourceWatcher
 
 # The reviewed workloads may land on this test's nodes, which carry the PARKED taint.
 TOLERATIONS = [{"key": PARKED["key"], "operator": "Exists"}]
@@ -47,7 +48,7 @@ def api_node(name: str, *images: str, pool: str = "cpu", taints: list | None = N
 @dataclass
 class Watched:
     inventory: LiveInventory
-    watcher: NodeWatcher
+    watcher: ResourceWatcher
     restarts: list[str]
 
     def reply(self, spec: dict | None = None, **settings) -> dict:
@@ -70,11 +71,11 @@ class Watched:
 
 class Watchers:
     def __init__(self) -> None:
-        self.started: list[NodeWatcher] = []
+        self.started: list[ResourceWatcher] = []
 
     def start(self, api_client, label_selector: str | None = None, **options) -> Watched:
         inventory, restarts = LiveInventory(**options), []
-        watcher = NodeWatcher(api_client, inventory, label_selector=label_selector, backoff_initial=0.01,
+        watcher = node_watcher(api_client, inventory, label_selector=label_selector, backoff_initial=0.01,
                               backoff_max=0.1, watch_timeout_seconds=60, on_restart=restarts.append)
         watcher.start()
         self.started.append(watcher)

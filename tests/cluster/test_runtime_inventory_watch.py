@@ -33,10 +33,10 @@ from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.decision import DENY, MISSING, UNKNOWN, decide
 from image_preflight.core.decide.inventory import image_key
 from image_preflight.webhook.live_inventory import LiveInventory
-from image_preflight.kube.nodes import NodeWatcher
+from image_preflight.kube.nodes import node_watcher
 from image_preflight.kube.watch import ResourceWatcher
 from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time
-from image_preflight.kube.node_images import runtime_watcher, start_runtime_watch
+from image_preflight.kube.node_images import node_images_watcher
 
 DEADLINE_S = 10.0
 LEASE = 300
@@ -181,13 +181,10 @@ def watched(service_accounts, case, reader) -> Iterator[Callable[..., tuple[Live
 
     def start(**runtime_options) -> tuple[LiveInventory, ResourceWatcher]:
         live = LiveInventory()
-        nodes = NodeWatcher(api_client, live, label_selector=case.selector, backoff_initial=0.01, backoff_max=0.1)
+        nodes = node_watcher(api_client, live, label_selector=case.selector, backoff_initial=0.01, backoff_max=0.1)
         nodes.start()
-        if runtime_options:
-            runtime = runtime_watcher(api_client, live, **runtime_options)
-            runtime.start()
-        else:
-            runtime = start_runtime_watch(api_client, live, None)
+        runtime = node_images_watcher(api_client, live, **runtime_options)
+        runtime.start()
         stoppers.extend([nodes.stop, runtime.stop])
         wait_until(lambda: live.synced.is_set() and runtime.synced.is_set(), "both watches have listed")
         return live, runtime
@@ -293,7 +290,8 @@ def test_without_the_crd_node_status_stays_the_source_until_it_is_installed(
 def test_a_started_watch_stops(service_accounts, reader):
     live = LiveInventory()
     with service_accounts.api_client(reader) as api_client:
-        watcher = start_runtime_watch(api_client, live, None)
+        watcher = node_images_watcher(api_client, live)
+        watcher.start()
         wait_until(watcher.synced.is_set, "the first list")
         wait_for(lambda: nodeimages_requests(service_accounts, reader, "watch"), "the watch is open",
                  timeout_s=DEADLINE_S)
@@ -448,9 +446,10 @@ def watched_double(fake_apiserver, fake_api_client) -> Iterator[LiveInventory]:
     fake_apiserver.register(group=GROUP, version=VERSION, resource=PLURAL, kind="NodeImages")
     fake_apiserver.put_object("nodes", kube_node(CPU, "cpu", HELD[:50]))
     live = LiveInventory()
-    nodes = NodeWatcher(fake_api_client, live, backoff_initial=0.01, backoff_max=0.1)
+    nodes = node_watcher(fake_api_client, live, backoff_initial=0.01, backoff_max=0.1)
     nodes.start()
-    runtime = start_runtime_watch(fake_api_client, live, None)
+    runtime = node_images_watcher(fake_api_client, live)
+    runtime.start()
     wait_until(lambda: live.synced.is_set() and runtime.synced.is_set(), "both watches have listed")
     yield live
     nodes.stop()

@@ -1,4 +1,4 @@
-"""NodeWatcher through the real kubernetes client, on the in-process double for what only it
+"""The node watch (node_watcher) through the real kubernetes client, on the in-process double for what only it
 produces on demand: injected errors, watches dropped, ended or silenced at a chosen moment, the
 history compacted while the watcher is held away. On the real control plane:
 tests/cluster/test_cluster_node_watch.py."""

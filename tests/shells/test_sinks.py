@@ -3,6 +3,7 @@ over a generator that pages through the list as it is consumed (image_preflight.
 
 from __future__ import annotations
 
+import inspect
 import typing
 from collections.abc import Callable, Iterable
 
@@ -70,3 +71,26 @@ def test_the_needed_images_watch_reads_its_relist_from_a_generator():
     watcher._replace(once(configmap))
     watcher._replace(once())
     assert seen == [configmap, None]
+
+
+def test_every_watch_is_made_one_way_named_and_not_started():
+    """Each function that makes a watch returns ResourceWatchers with a name of their own, not started
+    (whoever owns their lifetime starts them); the lists of large objects page by NODE_PAGE."""
+    from image_preflight.kube.node_images import node_images_watcher
+    from image_preflight.kube.nodes import node_watcher
+    from image_preflight.kube.runtime_classes import runtime_class_watcher
+    from image_preflight.kube.watch import NODE_PAGE, PAGE
+    from image_preflight.watchdog.watches import watchers
+
+    api = kubernetes.client.ApiClient()
+    live = LiveInventory()
+    dog = Watchdog(Stalls(15.0, webhooks=WEBHOOKS), _Actions(), Metrics())
+    made = [node_watcher(api, live), node_images_watcher(api, live), runtime_class_watcher(api, live),
+            needed_images_watcher(api, "image-preflight/needed", lambda _: None),
+            *watchers(api, dog, namespace_selector="a=b", pods="status.phase=Pending", events="reason=x",
+                      sandbox_events="reason=y")]
+    assert all(isinstance(w, ResourceWatcher) and w._thread is None for w in made)
+    names = [w._what for w in made]
+    assert names == ["node", "nodeimages", "runtimeclass", "configmap", "namespace", "pod", "event", "sandbox-event"]
+    assert [w._page_size for w in made] == [NODE_PAGE, NODE_PAGE] + [PAGE] * 6
+    assert inspect.signature(ResourceWatcher).parameters["what"].default is inspect.Parameter.empty
