@@ -18,9 +18,9 @@ import jinja2
 import yaml
 from jinja2 import nodes
 
-from image_preflight.core.decide.workloads import WorkloadError, pod_spec_of
+from image_preflight.core.decide.workloads import WorkloadError, deciding_fields, pod_spec_of
 from image_preflight.errors import InputError
-from image_preflight.scanner.slots import decision_fields, plan_slots
+from image_preflight.scanner.slots import plan_slots
 from jinja2.utils import missing as _NO_PARENT
 
 JOB_NAME = "image-preflight-scan"  # job names never reach an image; one constant keeps renders cacheable
@@ -177,7 +177,7 @@ class JobTemplate:
             spec = pod_spec_of(self.load(text))
         except (RowError, WorkloadError):
             return True
-        return _UNDEFINED_MARKER in json.dumps(decision_fields(spec), default=str)
+        return _UNDEFINED_MARKER in json.dumps(deciding_fields(spec), default=str)
 
     def _render(self, template: jinja2.Template, row: Mapping) -> tuple[str, list[str]]:
         noticed: list[str] = []

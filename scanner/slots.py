@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import jinja2
 from jinja2 import nodes
 
-from image_preflight.core.decide.workloads import CONTAINER_FIELDS, SCHEDULING_FIELDS, VOLUMES
+from image_preflight.core.decide.workloads import deciding_fields
 
 _MARKER = "image-preflight-slot-{}-5d1f"
 _SLOT_NAMES = frozenset({"input", "job_name"})
@@ -105,7 +105,7 @@ def _is_slot(child: nodes.Node, env: jinja2.Environment) -> bool:
 class Shape:
     """One rendering of the shape: the pod's decision fields, with markers where slots go."""
 
-    fields: dict  # a pod spec holding only what the decision reads
+    fields: dict  # the pod spec's deciding fields (workloads.deciding_fields)
     deciding: frozenset[str]  # markers inside those fields
 
 
@@ -121,34 +121,9 @@ def shape_of(text: str, spec: Mapping, job: Mapping, markers: list[str]) -> Shap
         counts[value] += 1
     if any(text.count(marker) != count for marker, count in counts.items()):
         return None
-    fields = decision_fields(spec)
+    fields = deciding_fields(spec)
     encoded = json.dumps(fields, default=str)
     return Shape(fields, frozenset(m for m in markers if m in encoded))
-
-
-def decision_fields(spec: Mapping) -> dict:
-    fields: dict = {}
-    for field in CONTAINER_FIELDS:
-        if field not in spec:
-            continue
-        value = spec[field]
-        if isinstance(value, list):
-            # Container names only label messages: leaving them out keeps them from deciding.
-            value = [
-                {k: c[k] for k in ("image", "imagePullPolicy") if k in c} if isinstance(c, Mapping) else c
-                for c in value
-            ]
-        fields[field] = value
-    volumes = spec.get(VOLUMES)
-    if isinstance(volumes, list):
-        # Only image volumes pull; their names only label messages.
-        fields[VOLUMES] = [v["image"] for v in volumes if isinstance(v, Mapping) and "image" in v]
-    elif volumes is not None:
-        fields[VOLUMES] = volumes
-    for field in SCHEDULING_FIELDS:
-        if field in spec:
-            fields[field] = spec[field]
-    return fields
 
 
 def substitute(node: object, texts: Mapping[str, str]) -> object:

@@ -72,6 +72,23 @@ TEMPLATES = {
         image: {{ input.image | yaml_escape }}
         imagePullPolicy: IfNotPresent
 """,
+    "slot in an image volume": HEADER + """      containers:
+      - name: rollout
+        image: app:openai
+        imagePullPolicy: IfNotPresent
+      volumes:
+      - name: scratch
+        emptyDir: {}
+      - name: tools
+        image:
+          reference: {{ input.image | yaml_escape }}
+          pullPolicy: IfNotPresent
+""",
+    "slot in a container's name": HEADER + """      containers:
+      - name: {{ input.instance_id | yaml_escape }}
+        image: {{ input.image | yaml_escape }}
+        imagePullPolicy: IfNotPresent
+""",
     "loop variable in an escaped expression": HEADER + """      containers:
 {% for c in input.containers %}
       - name: {{ c | yaml_escape }}

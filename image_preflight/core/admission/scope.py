@@ -6,14 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from image_preflight.core.decide.workloads import (
-    CONTAINER_FIELDS,
-    SCHEDULING_FIELDS,
-    VOLUMES,
-    WORKLOAD_KINDS,
-    WorkloadError,
-    pod_spec_of,
-)
+from image_preflight.core.decide.workloads import WORKLOAD_KINDS, WorkloadError, deciding_fields, pod_spec_of
 from image_preflight.core.objects import is_mapping
 
 # The API group each workload kind is decided for (other groups' same-named kinds pass).
@@ -54,20 +47,12 @@ def placeable(obj: object) -> bool:
 
 
 def _placement_or_images(obj: object) -> object:
-    """What an UPDATE must change for the verdict to change (Kueue sets nodeSelector on unsuspend)."""
+    """What an UPDATE must change for the verdict to change (Kueue sets nodeSelector on unsuspend):
+    the deciding fields, compared as JSON whatever their values."""
     try:
-        spec = pod_spec_of(obj)  # type: ignore[arg-type]
+        return _canonical(deciding_fields(pod_spec_of(obj)))  # type: ignore[arg-type]
     except WorkloadError:
         return None
-    # Compared as JSON: any value, however malformed (the decision then calls it unreadable).
-    containers = [(c.get("image"), c.get("imagePullPolicy")) if isinstance(c, Mapping) else c
-                  for f in CONTAINER_FIELDS for c in _as_list(spec.get(f))]
-    volumes = [v.get("image") if isinstance(v, Mapping) else v for v in _as_list(spec.get(VOLUMES))]
-    return _canonical([containers, volumes, [spec.get(f) for f in SCHEDULING_FIELDS]])
-
-
-def _as_list(value: object) -> list:
-    return value if isinstance(value, list) else [value]
 
 
 def _canonical(value: object) -> str:

@@ -5,9 +5,9 @@ Memory (a new inventory starts empty) of two kinds:
 
 - placements: the nodes a placement may land on. Rollout Jobs share one placement, so the
   scheduler filters run once per placement and inventory instead of once per request.
-- decisions: whole decisions by what decides them. A decision reads only a pod spec's containers
-  and image volumes (name, image, pull policy) and its scheduling fields; the key is exactly
-  those, so two specs with one key get one decision. What it reads of the nodes (lists, traits, a
+- decisions: whole decisions by what decides them. A decision reads only a pod spec's deciding
+  fields (workloads.deciding_fields: names, images and pull policies, the scheduling fields); the
+  key is exactly those, so two specs with one key get one decision. What it reads of the nodes (lists, traits, a
   missing sandbox image) is the inventory's, and an entry lasts until the next time a node list
   in the inventory starts or stops proving anything (its lease ends; a list observed ahead of the
   clock comes due), or is asked about before the last such time it saw, since the clock alone
@@ -27,12 +27,12 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
 from image_preflight.core.decide.scheduling import PodPlacement
-from image_preflight.core.decide.workloads import CONTAINER_FIELDS, SCHEDULING_FIELDS, VOLUMES
+from image_preflight.core.decide.workloads import deciding_fields
 
 PLACEMENTS = 1024  # distinct placements remembered per inventory
 PLACEMENT_CHARACTERS = 4096  # ... each of at most this many characters: they stay under ~8 MiB
 DECISIONS = 4096  # decisions remembered per inventory
-KEY_CHARACTERS = 4096  # a spec whose deciding text is longer is decided every time
+KEY_CHARACTERS = 4096  # a spec whose deciding fields' JSON is longer is decided every time
 
 T = TypeVar("T")
 
@@ -99,49 +99,13 @@ def _characters(placement: PodPlacement) -> int:
 
 
 def key_of(spec: Mapping, kind: str, require: str, timeless: bool) -> tuple | None:
-    """The key for `spec`, or None when it is not worth or not safe to remember (malformed,
-    unusual types, too long): then it is simply decided."""
+    """The key for `spec`: its deciding fields (workloads.deciding_fields) as canonical JSON; None
+    when it is not worth or not safe to remember (not a dict, a value JSON cannot hold, too long):
+    then it is simply decided."""
     if type(spec) is not dict:
         return None
-    parts: list = [kind, require, timeless]
-    size = 0
-    for field in CONTAINER_FIELDS:
-        items = spec.get(field)
-        if items is None:
-            continue
-        if type(items) is not list:
-            return None
-        for item in items:
-            if type(item) is not dict:
-                return None
-            entry = (field, item.get("name"), item.get("image"), item.get("imagePullPolicy"))
-            if not all(v is None or type(v) is str for v in entry):
-                return None
-            size += sum(len(v) for v in entry if v)
-            parts.append(entry)
-    volumes = spec.get(VOLUMES)
-    if volumes is not None:
-        if type(volumes) is not list:
-            return None
-        for volume in volumes:
-            if type(volume) is not dict:
-                return None
-            if "image" in volume:
-                parts.append((VOLUMES, _text(volume.get("name")), _text(volume["image"])))
-                size += len(parts[-1][1]) + len(parts[-1][2])
-    for field in CONTAINER_FIELDS + (VOLUMES,):
-        parts.append(field in spec)  # null and absent read alike, but keep the shape exact
-    for field in SCHEDULING_FIELDS:
-        value = spec.get(field)
-        if value is None:
-            parts.append(None)
-        else:
-            text = _text(value)
-            size += len(text)
-            parts.append(text)
-    if size > KEY_CHARACTERS:
-        return None
-    return tuple(parts)
+    text = _text(deciding_fields(spec))
+    return None if len(text) > KEY_CHARACTERS else (kind, require, timeless, text)
 
 
 def _text(value: object) -> str:

@@ -109,6 +109,33 @@ def container_images(spec: Mapping) -> list[ContainerImage]:
     return found
 
 
+def deciding_fields(spec: Mapping) -> dict:
+    """Exactly what a decision reads of a pod spec, as a pod spec: each container's name, image and
+    pull policy; each volume's name and image source, and a volume without one as {} (read as
+    none, and kept in its place: messages number volumes); the scheduling fields. Names are read: they label the decision's messages.
+    Specs with equal deciding fields get equal decisions, messages included, and deciding this
+    pod spec decides the whole one. Malformed values are kept as they are, to be decided as such."""
+    fields: dict = {}
+    for field in CONTAINER_FIELDS:
+        if field in spec:
+            fields[field] = _only(spec[field], ("name", "image", "imagePullPolicy"))
+    if VOLUMES in spec:
+        volumes = spec[VOLUMES]
+        fields[VOLUMES] = [
+            ({k: v[k] for k in ("name", "image") if k in v} if v.get("image") is not None else {})
+            if isinstance(v, Mapping) else {} for v in volumes] if isinstance(volumes, list) else volumes
+    for field in SCHEDULING_FIELDS:
+        if field in spec:
+            fields[field] = spec[field]
+    return fields
+
+
+def _only(items: object, keys: tuple[str, ...]) -> object:
+    if not isinstance(items, list):
+        return items
+    return [{k: item[k] for k in keys if k in item} if isinstance(item, Mapping) else item for item in items]
+
+
 def _entries(spec: Mapping, field: str) -> list[tuple[int, object]]:
     items = spec.get(field) or []
     if not isinstance(items, list):
