@@ -14,12 +14,14 @@ from image_preflight.webhook.app import WebhookState, create_app
 from image_preflight.webhook.config import ServeConfig
 from image_preflight.webhook.live_inventory import FileInventory, LiveInventory
 from image_preflight.webhook.metrics import Metrics
-from image_preflight.webhook.protocol import DeadlineProtocol
+from image_preflight.webhook.protocol import DeadlineLoop, DeadlineProtocol
 from image_preflight.webhook.tls import ReloadingContext
 
 
 # Far above what the apiserver's replicas keep open (Go's transport: a few per host).
 MAX_CONNECTIONS = 1024
+# uvicorn's `loop` setting takes a loop factory's import string.
+DEADLINE_LOOP = f"{DeadlineLoop.__module__}:{DeadlineLoop.__qualname__}"
 
 
 class WebhookServer(uvicorn.Server):
@@ -93,7 +95,7 @@ def _build_server(config: ServeConfig, tls: ReloadingContext, metrics: Metrics, 
 def _uvicorn_config(config: ServeConfig, app, tls: ReloadingContext) -> uvicorn.Config:
     """uvicorn's settings, all of them here."""
     settings = uvicorn.Config(
-        app, host=config.host, port=config.port, http=DeadlineProtocol, loop="uvloop", log_level=config.log_level,
+        app, host=config.host, port=config.port, http=DeadlineProtocol, loop=DEADLINE_LOOP, log_level=config.log_level,
         access_log=False, timeout_keep_alive=75, lifespan="off",
         log_config=None,  # keep the root handler configure_logging set up (dictConfig would close it)
         proxy_headers=False,  # the apiserver calls directly; forwarded headers would only be spoofable

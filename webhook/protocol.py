@@ -4,9 +4,14 @@ never closes a connection under a request.
 uvicorn times out idle keep-alive connections, but not a request whose bytes trickle in: a client
 could hold a connection (and its memory) forever by sending one header byte a second. The
 apiserver sends a request's headers at once, so a connection whose request headers are not
-complete within HEADER_DEADLINE_S of its first byte (or of the connection, for one that sends
-nothing) is not the apiserver's: it is closed. The body has the app's own deadline (a 408, after
-which the connection is closed too).
+complete within HEADER_DEADLINE_S of its first byte (or, for its first request, of the TCP accept,
+TLS handshake included) is not the apiserver's: it is closed. The body has the app's own deadline
+(a 408, after which the connection is closed too).
+
+The handshake comes before uvicorn's protocol sees the connection, and asyncio gives it 60 s:
+DeadlineLoop, the event loop `serve` runs (uvicorn's `loop` setting takes its import string),
+stamps each protocol with the time of its accept and gives a TLS server's handshakes what is left
+of the deadline by then, which is all of it.
 
 One sweep a second per server checks every connection of that server, so a request costs two
 attribute writes rather than a timer of its own.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 
+import uvloop
 # uvicorn's internals, here only: no public hook sees a request's first byte or the end of its
 # headers, nor lets a shutdown answer with Connection: close. tests/webhook/test_header_deadline.py
 # names each internal relied on, so a uvicorn release that moves one fails there.
@@ -41,15 +47,32 @@ IDLE_DRAIN_S = 5.0
 _swept: set[tuple[asyncio.AbstractEventLoop, object]] = set()
 
 
+class DeadlineLoop(uvloop.Loop):
+    """uvloop's event loop, whose servers stamp each protocol with the loop time of its TCP accept
+    and, with TLS, close a connection whose handshake is not done by the header deadline."""
+
+    async def create_server(self, protocol_factory, *args, **kwargs):  # type: ignore[override]
+        def accepted():
+            protocol = protocol_factory()
+            protocol.accepted_at = self.time()
+            return protocol
+
+        if kwargs.get("ssl") is not None:
+            kwargs.setdefault("ssl_handshake_timeout", DeadlineProtocol.header_deadline)
+        return await super().create_server(accepted, *args, **kwargs)
+
+
 class DeadlineProtocol(HttpToolsProtocol):
     header_deadline = HEADER_DEADLINE_S
+    accepted_at: float | None = None  # loop time of the TCP accept (DeadlineLoop)
     _waiting_since: float | None = None  # loop time the current request (or the connection) began
     _draining = False
     _client_verified = False
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self._waiting_since = self.loop.time()
+        # After the handshake: the first request's headers are due a deadline after the accept.
+        self._waiting_since = self.accepted_at if self.accepted_at is not None else self.loop.time()
         # Called once the handshake is done: a verified client certificate is known by now.
         self._client_verified = bool(transport.get_extra_info("peercert"))
         swept = (self.loop, self.server_state)

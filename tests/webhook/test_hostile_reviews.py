@@ -10,15 +10,17 @@ import http.client
 import json
 import logging
 import random
+import socket
 import time
 
 import pytest
 
-from tests.builders import EXAMPLE_NODES, pod_spec, review, three_nodes, workload
-from tests.serving import HOST, Webhook
+from tests.builders import EXAMPLE_NODES, missing_job_review, pod_spec, review, three_nodes, workload
+from tests.serving import HOST, Webhook, client_context
 from image_preflight.core.decide.decision import MISSING, Decision, ImageVerdict
 from image_preflight.core.admission.messages import MAX_MESSAGE, denial_message
 from image_preflight.core.decide.workloads import ContainerImage
+from image_preflight.webhook import protocol
 from image_preflight.webhook.protocol import DeadlineProtocol
 
 ABSENT = "swesmith.x86_64.absent:openai"
@@ -153,6 +155,41 @@ def test_a_connection_that_says_nothing_is_closed_at_the_deadline(webhook, monke
     except OSError:
         pass
     assert time.monotonic() - started < 2.5
+
+
+def _closed_at(sock: socket.socket, until: float) -> float | None:
+    """When (time.monotonic()) the server closed `sock`; None if still open at `until`."""
+    sock.settimeout(max(0.01, until - time.monotonic()))
+    try:
+        while sock.recv(1024):
+            pass
+    except TimeoutError:
+        return None
+    except OSError:
+        pass
+    return time.monotonic()
+
+
+def test_one_deadline_runs_from_the_tcp_accept_through_the_handshake_to_the_headers(start_webhook, monkeypatch):
+    """asyncio gives a TLS handshake 60 s of its own; here the header deadline counts from the
+    accept: ten sockets that never start TLS, one that trickles its ClientHello and one whose
+    handshake comes late and whose headers never end are all closed by then."""
+    monkeypatch.setattr(DeadlineProtocol, "header_deadline", 1.0)
+    monkeypatch.setattr(protocol, "SWEEP_S", 0.1)
+    webhook = start_webhook("--inventory", str(EXAMPLE_NODES))
+    accepted = time.monotonic()
+    silent = [socket.create_connection(("127.0.0.1", webhook.port)) for _ in range(10)]
+    trickling = socket.create_connection(("127.0.0.1", webhook.port))
+    trickling.sendall(b"\x16\x03\x01")  # the first bytes of a TLS record, the rest never sent
+    late = socket.create_connection(("127.0.0.1", webhook.port))
+    time.sleep(0.8)  # most of the deadline spent before the handshake starts
+    tls = client_context(webhook.certs / "ca.crt").wrap_socket(late, server_hostname=HOST)
+    tls.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\n")  # headers never completed
+    for sock in (*silent, trickling, tls):
+        closed = _closed_at(sock, accepted + 10.0)
+        assert closed is not None and closed - accepted < 1.0 + 0.5, None if closed is None else closed - accepted
+        sock.close()
+    assert webhook.post(missing_job_review())[0] == 200  # and the server answers as before
 
 
 def test_after_a_408_the_connection_is_closed(webhook):
