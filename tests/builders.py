@@ -110,6 +110,11 @@ def kube_node(
     }
 
 
+def library_images(*images: str) -> list[dict]:
+    """`status.images` entries for Docker Hub library images ("good:openai"), as the kubelet lists them."""
+    return [{"names": [f"docker.io/library/{image}"], "sizeBytes": 1000 - i} for i, image in enumerate(images)]
+
+
 def node_list(*items: dict, kind: str = "List") -> str:
     """`kubectl get nodes -o json` (kind List) or the apiserver's own NodeList."""
     listing = {"apiVersion": "v1", "items": list(items), "kind": kind, "metadata": {"resourceVersion": ""}}
@@ -168,10 +173,11 @@ NOW = OBSERVED  # decisions' clock: the moment the lists were observed
 SWE = "swebench/swesmith.x86_64.owner_1776_repo.abcdef12:openai"
 
 
-def node(name, *names, traits=True, complete=True, expires_at=None, ids=(), labels=None, taints=()):
-    """NodeImages with scheduling traits (traits=False: unknown, as for a single-node snapshot)."""
+def node(name, *names, traits=True, complete=True, ids=(), labels=None, taints=(), **listed):
+    """NodeImages with scheduling traits (traits=False: unknown, as for a single-node snapshot);
+    `listed` is what else the list says (expires_at, observed_at, source, sandbox_missing)."""
     node_traits = NodeTraits(name, labels or {}, tuple(taints)) if traits else None
-    return NodeImages.from_names(name, names, ids=ids, traits=node_traits, complete=complete, expires_at=expires_at)
+    return NodeImages.from_names(name, names, ids=ids, traits=node_traits, complete=complete, **listed)
 
 
 def inv(*nodes):

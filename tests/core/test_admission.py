@@ -15,7 +15,7 @@ from image_preflight.core.admission.settings import AUDIT, ENFORCE, WARN, Settin
 from image_preflight.core.decide.inventory import Inventory, NodeImages
 from image_preflight.core.decide.scheduling import NodeTraits, Taint
 from tests.agent_lightning import fails_at_once
-from tests.builders import ABSENT, HELD, NOW, RESOURCES, pod_spec, review, workload
+from tests.builders import ABSENT, HELD, NOW, RESOURCES, node, pod_spec, review, workload
 
 WEBHOOK_NAME = "image-preflight.image-preflight.io"
 GPU_TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
@@ -28,16 +28,12 @@ def apiserver_error(message: str) -> str:
     return f'admission webhook "{WEBHOOK_NAME}" denied the request: {message}'
 
 
-def node(name: str, *images: str, pool: str = "cpu", taints=(), complete: bool = True) -> NodeImages:
-    traits = NodeTraits(name, {"kubernetes.io/hostname": name, "pool": pool}, tuple(taints))
-    return NodeImages.from_names(name, images, traits=traits, complete=complete, observed_at=NOW)
-
-
+CPU, GPU = {"pool": "cpu"}, {"pool": "gpu"}
 # cpu-1 holds HELD, cpu-2 too; gpu-1 is tainted and holds nothing.
 INVENTORY = Inventory((
-    node("cpu-1", HELD, "registry.k8s.io/pause:3.9"),
-    node("cpu-2", HELD),
-    node("gpu-1", pool="gpu", taints=(GPU_TAINT,)),
+    node("cpu-1", HELD, "registry.k8s.io/pause:3.9", labels=CPU),
+    node("cpu-2", HELD, labels=CPU),
+    node("gpu-1", taints=(GPU_TAINT,), labels=GPU),
 ))
 
 
@@ -100,7 +96,7 @@ def test_every_workload_kind_is_allowed_when_every_eligible_node_holds_the_image
 
 
 def test_only_eligible_nodes_lacking_the_image_are_named():
-    inventory = Inventory((node("cpu-1", ABSENT), node("cpu-2"), node("gpu-1", pool="gpu")))
+    inventory = Inventory((node("cpu-1", ABSENT, labels=CPU), node("cpu-2", labels=CPU), node("gpu-1", labels=GPU)))
     spec = pod_spec(ABSENT, nodeSelector={"pool": "cpu"})
     message = response(decide(review(workload("Job", spec)), inventory))["status"]["message"]
     assert "cpu-2" in message
@@ -108,7 +104,7 @@ def test_only_eligible_nodes_lacking_the_image_are_named():
 
 
 def test_a_pod_bound_to_a_node_is_judged_on_that_node_alone():
-    inventory = Inventory((node("cpu-1", ABSENT), node("cpu-2")))
+    inventory = Inventory((node("cpu-1", ABSENT, labels=CPU), node("cpu-2", labels=CPU)))
     allowed = decide(review(workload("Pod", pod_spec(ABSENT, nodeName="cpu-1"))), inventory)
     denied = decide(review(workload("Pod", pod_spec(ABSENT, nodeName="cpu-2"))), inventory)
     assert response(allowed)["allowed"] is True
@@ -191,7 +187,7 @@ def test_an_update_that_changes_neither_images_nor_scheduling_passes_untouched()
 
 
 def test_kueue_unsuspending_a_job_and_setting_its_node_selector_is_decided():
-    inventory = Inventory((node("cpu-1", ABSENT), node("cpu-2", ABSENT), node("big-1", pool="big")))
+    inventory = Inventory((node("cpu-1", ABSENT, labels=CPU), node("cpu-2", ABSENT, labels=CPU), node("big-1", labels={"pool": "big"})))
     old = workload("Job", pod_spec(ABSENT))
     old["spec"]["suspend"] = True
     new = copy.deepcopy(old)
@@ -248,7 +244,7 @@ def test_an_update_to_the_pull_policy_is_decided():
 
 
 def test_an_update_to_tolerations_is_decided():
-    inventory = Inventory((node("cpu-1", ABSENT), node("gpu-1", pool="gpu", taints=(GPU_TAINT,))))
+    inventory = Inventory((node("cpu-1", ABSENT, labels=CPU), node("gpu-1", taints=(GPU_TAINT,), labels=GPU)))
     old = workload("Job", pod_spec(ABSENT))
     new = copy.deepcopy(old)
     new["spec"]["template"]["spec"]["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
@@ -295,7 +291,7 @@ def test_an_allowed_workload_is_allowed_in_every_mode():
 
 
 def test_a_partial_node_list_is_unknown_allowed_with_a_warning_by_default():
-    inventory = Inventory((node("cpu-1", ABSENT), node("cpu-2", HELD, complete=False)))
+    inventory = Inventory((node("cpu-1", ABSENT, labels=CPU), node("cpu-2", HELD, complete=False, labels=CPU)))
     outcome = decide(review(workload("Job", pod_spec(ABSENT))), inventory)
     reply = response(outcome)
     assert reply["allowed"] is True
@@ -313,7 +309,7 @@ def test_a_stale_runtime_list_is_unknown():
 
 
 def test_unknown_deny_denies_a_partial_list_with_text_that_fails_the_rollout():
-    inventory = Inventory((node("cpu-1", HELD, complete=False),))
+    inventory = Inventory((node("cpu-1", HELD, complete=False, labels=CPU),))
     outcome = decide(review(workload("Job", pod_spec(ABSENT))), inventory, unknown="deny")
     reply = response(outcome)
     assert reply["allowed"] is False and reply["status"]["code"] == 422
@@ -339,7 +335,7 @@ def test_an_empty_inventory_is_unknown_not_a_denial():
 
 
 def test_unknown_deny_in_warn_and_audit_modes_still_allows():
-    inventory = Inventory((node("cpu-1", complete=False),))
+    inventory = Inventory((node("cpu-1", complete=False, labels=CPU),))
     for mode, decision in ((WARN, "warn"), (AUDIT, "audit")):
         outcome = decide(review(workload("Job", pod_spec(ABSENT))), inventory, unknown="deny", mode=mode)
         assert response(outcome)["allowed"] is True
@@ -353,7 +349,7 @@ def _without_sandbox() -> Inventory:
     """cpu-2's node agent reports that its runtime lacks its sandbox image (spec.sandboxImage)."""
     lacking = NodeImages.from_names("cpu-2", [HELD], traits=NodeTraits("cpu-2", {"pool": "cpu"}), source="cri",
                                     observed_at=NOW, expires_at=NOW + 300, sandbox_missing=PAUSE)
-    return Inventory((node("cpu-1", HELD), lacking))
+    return Inventory((node("cpu-1", HELD, labels=CPU), lacking))
 
 
 @pytest.mark.parametrize("policy", ["IfNotPresent", "Always"])
@@ -472,7 +468,7 @@ def test_a_body_that_is_not_an_admission_review_is_refused(body, complaint):
 
 def test_many_missing_images_on_many_nodes_fit_in_one_kib_with_counts_and_advice():
     images = [f"swebench/sweb.eval.x86_64.project__repo-{i:05d}:openai" for i in range(40)]
-    inventory = Inventory(tuple(node(f"cpu-node-{i:03d}.cluster.example.com") for i in range(60)))
+    inventory = Inventory(tuple(node(f"cpu-node-{i:03d}.cluster.example.com", labels=CPU) for i in range(60)))
     outcome = decide(review(workload("Job", pod_spec(*images))), inventory)
     message = response(outcome)["status"]["message"]
 
@@ -489,7 +485,7 @@ def test_many_missing_images_on_many_nodes_fit_in_one_kib_with_counts_and_advice
 def test_one_enormous_clause_is_clipped_and_keeps_the_advice():
     image = "registry.example.com/" + "/".join(["segment"] * 30) + ":openai"
     names = [f"node-{i}-" + "x" * 200 for i in range(6)]
-    outcome = decide(review(workload("Job", pod_spec(image))), Inventory(tuple(node(n) for n in names)))
+    outcome = decide(review(workload("Job", pod_spec(image))), Inventory(tuple(node(n, labels=CPU) for n in names)))
     message = response(outcome)["status"]["message"]
     assert len(message.encode()) <= messages.MAX_MESSAGE
     assert message.startswith("invalid: ") and message.endswith(messages.ADVICE)
@@ -505,7 +501,7 @@ def test_warnings_stay_short_unique_and_under_four_kib_in_total():
 
 
 def test_unknown_warnings_name_at_most_five_nodes():
-    inventory = Inventory(tuple(node(f"n{i}", complete=False) for i in range(9)))
+    inventory = Inventory(tuple(node(f"n{i}", complete=False, labels=CPU) for i in range(9)))
     [warning] = response(decide(review(workload("Job", pod_spec(ABSENT))), inventory))["warnings"]
     assert "and 4 more" in warning and len(warning) <= messages.MAX_WARNING
 
@@ -568,7 +564,7 @@ def test_a_daemonset_is_decided_on_the_cordoned_nodes_its_controller_still_uses(
     cordon = (Taint("node.kubernetes.io/unschedulable", "", "NoSchedule"),)
     cordoned = NodeImages.from_names("cordoned", ["docker.io/library/other:1"],
                                      traits=NodeTraits("cordoned", {"pool": "cpu"}, cordon, True))
-    inventory = Inventory((node("cpu-1", ABSENT), cordoned))
+    inventory = Inventory((node("cpu-1", ABSENT, labels=CPU), cordoned))
     assert response(decide(review(workload("Deployment", pod_spec(ABSENT))), inventory))["allowed"] is True
     denied = response(decide(review(workload("DaemonSet", pod_spec(ABSENT))), inventory))
     assert denied["allowed"] is False and "cordoned" in denied["status"]["message"]

@@ -26,8 +26,8 @@ from image_preflight.core.decide.decision import (
     decide,
 )
 from image_preflight.core.decide.inventory import Inventory, NodeImages
-from image_preflight.core.decide.scheduling import NodeTraits, Taint
-from tests.builders import pod
+from image_preflight.core.decide.scheduling import Taint
+from tests.builders import node, pod
 
 NOW = 1_796_000_000.0
 PAUSE = "registry.k8s.io/pause:3.10.1"
@@ -36,11 +36,8 @@ HELD = ("docker.io/" + IMAGE,)
 GPU = Taint("nvidia.com/gpu", "present", "NoSchedule")
 
 
-def node(name: str, *names: str, sandbox: str | None = None, expires_at: float | None = NOW + 300,
-         taints=()) -> NodeImages:
-    """A node as the node agent lists it: complete, leased; `sandbox` the sandbox image it lacks."""
-    return NodeImages.from_names(name, names, traits=NodeTraits(name, {}, tuple(taints)), complete=True,
-                                 observed_at=NOW, expires_at=expires_at, source="cri", sandbox_missing=sandbox)
+# As the node agent lists a node: complete, leased, from the runtime.
+LEASED = {"observed_at": NOW, "expires_at": NOW + 300, "source": "cri"}
 
 
 def cluster(*nodes: NodeImages) -> Inventory:
@@ -55,7 +52,7 @@ def statuses(decision) -> list[str]:
 
 
 def test_a_node_without_its_sandbox_image_lacks_every_image_even_those_it_holds():
-    decision = decide(pod(IMAGE), cluster(node("a", *HELD), node("b", *HELD, sandbox=PAUSE)), now=NOW)
+    decision = decide(pod(IMAGE), cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED)), now=NOW)
     assert decision.outcome == DENY
     assert statuses(decision) == [MISSING] and decision.verdicts[0].missing_on == ("b",)
     assert decision.sandbox_missing == (("b", PAUSE),)
@@ -65,7 +62,7 @@ def test_a_node_without_its_sandbox_image_lacks_every_image_even_those_it_holds(
 
 @pytest.mark.parametrize("policy", ["Always", "Never", "IfNotPresent"])
 def test_under_require_all_a_pod_that_may_land_there_is_denied_whatever_its_pull_policy(policy):
-    decision = decide(pod(IMAGE, policy=policy), cluster(node("a", *HELD), node("b", *HELD, sandbox=PAUSE)), now=NOW)
+    decision = decide(pod(IMAGE, policy=policy), cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED)), now=NOW)
     assert decision.outcome == DENY
     # Always images stay unchecked (a pull gets them): the node, not the image, is what fails.
     assert statuses(decision) == [NOT_CHECKED if policy == "Always" else MISSING]
@@ -73,25 +70,25 @@ def test_under_require_all_a_pod_that_may_land_there_is_denied_whatever_its_pull
 
 def test_under_require_any_some_node_that_can_start_the_pod_is_enough_and_none_is_a_denial():
     always = pod(IMAGE, policy="Always")
-    mixed = cluster(node("a"), node("b", sandbox=PAUSE))
+    mixed = cluster(node("a", **LEASED), node("b", sandbox_missing=PAUSE, **LEASED))
     assert decide(always, mixed, require=REQUIRE_ANY, now=NOW).outcome == ALLOW
-    stranded = cluster(node("a", sandbox=PAUSE), node("b", sandbox=PAUSE))
+    stranded = cluster(node("a", sandbox_missing=PAUSE, **LEASED), node("b", sandbox_missing=PAUSE, **LEASED))
     assert decide(always, stranded, require=REQUIRE_ANY, now=NOW).outcome == DENY
     # An image held only where no pod starts is held nowhere useful.
-    only_there = decide(pod(IMAGE), cluster(node("a"), node("b", *HELD, sandbox=PAUSE)), require=REQUIRE_ANY, now=NOW)
+    only_there = decide(pod(IMAGE), cluster(node("a", **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED)), require=REQUIRE_ANY, now=NOW)
     assert only_there.outcome == DENY and statuses(only_there) == [MISSING]
 
 
 def test_under_one_node_a_template_is_allowed_when_a_node_that_starts_pods_holds_its_images():
-    inventory = cluster(node("a", *HELD), node("b", *HELD, sandbox=PAUSE))
+    inventory = cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED))
     decision = decide(pod(IMAGE), inventory, require=REQUIRE_ONE_NODE, now=NOW)
     assert decision.outcome == ALLOW and statuses(decision) == [PRESENT]
-    held_only_there = cluster(node("a"), node("b", *HELD, sandbox=PAUSE))
+    held_only_there = cluster(node("a", **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED))
     assert decide(pod(IMAGE), held_only_there, require=REQUIRE_ONE_NODE, now=NOW).outcome == DENY
 
 
 def test_a_stale_report_proves_nothing_and_the_remembered_decision_ends_with_its_lease():
-    inventory = cluster(node("a", *HELD), node("b", *HELD, sandbox=PAUSE, expires_at=NOW + 60))
+    inventory = cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, expires_at=NOW + 60, observed_at=NOW, source="cri"))
     before = decide(pod(IMAGE), inventory, now=NOW)
     after = decide(pod(IMAGE), inventory, now=NOW + 60)
     assert (before.outcome, after.outcome) == (DENY, ALLOW)
@@ -103,7 +100,7 @@ def test_a_remembered_decision_equals_a_fresh_one():
     specs = [pod(IMAGE), pod(IMAGE, policy="Always"), pod(IMAGE, nodeName="a"), pod(IMAGE, nodeName="b")]
 
     def inventory():
-        return cluster(node("a", *HELD), node("b", *HELD, sandbox=PAUSE))
+        return cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED))
 
     remembering = inventory()
     for spec in specs * 2:
@@ -111,21 +108,21 @@ def test_a_remembered_decision_equals_a_fresh_one():
 
 
 def test_only_eligible_nodes_count():
-    inventory = cluster(node("a", *HELD), node("gpu", sandbox=PAUSE, taints=[GPU]))
+    inventory = cluster(node("a", *HELD, **LEASED), node("gpu", sandbox_missing=PAUSE, taints=[GPU], **LEASED))
     assert decide(pod(IMAGE), inventory, now=NOW).outcome == ALLOW
     assert decide(pod(IMAGE, nodeName="a"), inventory, now=NOW).outcome == ALLOW
     assert decide(pod(IMAGE, nodeName="gpu"), inventory, now=NOW).sandbox_missing == (("gpu", PAUSE),)
 
 
 def test_a_node_that_holds_its_sandbox_image_is_unaffected():
-    assert decide(pod(IMAGE), cluster(node("a", *HELD)), now=NOW).sandbox_missing == ()
+    assert decide(pod(IMAGE), cluster(node("a", *HELD, **LEASED)), now=NOW).sandbox_missing == ()
 
 
 # --- the words ------------------------------------------------------------------------------------
 
 
 def test_the_denial_names_the_node_and_its_sandbox_image_once_and_the_fix():
-    decision = decide(pod(IMAGE), cluster(node("a", *HELD), node("b", *HELD, sandbox=PAUSE)), now=NOW)
+    decision = decide(pod(IMAGE), cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED)), now=NOW)
     assert messages.denial_message(decision) == (
         "invalid: eligible node(s) b cannot start any pod: the container runtime lacks its sandbox image "
         "'registry.k8s.io/pause:3.10.1', so the pod would wait in ContainerCreating (FailedCreatePodSandBox); "
@@ -133,7 +130,7 @@ def test_the_denial_names_the_node_and_its_sandbox_image_once_and_the_fix():
 
 
 def test_a_missing_image_elsewhere_is_named_beside_it_without_the_node_that_starts_nothing():
-    decision = decide(pod(IMAGE), cluster(node("a"), node("b", *HELD, sandbox=PAUSE), node("c", sandbox=PAUSE)),
+    decision = decide(pod(IMAGE), cluster(node("a", **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED), node("c", sandbox_missing=PAUSE, **LEASED)),
                       now=NOW)
     message = messages.denial_message(decision)
     assert message.startswith("invalid: eligible node(s) b, c cannot start any pod: ")
@@ -143,13 +140,13 @@ def test_a_missing_image_elsewhere_is_named_beside_it_without_the_node_that_star
 
 
 def test_warn_mode_warnings_name_the_node_and_image():
-    decision = decide(pod(IMAGE), cluster(node("a", *HELD), node("b", *HELD, sandbox=PAUSE)), now=NOW)
+    decision = decide(pod(IMAGE), cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED)), now=NOW)
     assert messages.missing_warnings(decision) == [
         f"image-preflight: node(s) b cannot start any pod: the runtime lacks its sandbox image {PAUSE}"]
 
 
 def test_many_nodes_stay_within_the_limit():
-    nodes = [node(f"cpu-{n:03d}", sandbox=PAUSE) for n in range(300)]
+    nodes = [node(f"cpu-{n:03d}", sandbox_missing=PAUSE, **LEASED) for n in range(300)]
     message = messages.denial_message(decide(pod(IMAGE, policy="Always"), cluster(*nodes), now=NOW))
     assert len(message.encode()) <= messages.MAX_MESSAGE
     assert "cpu-004 and 295 more cannot start any pod" in message and message.endswith(words.SANDBOX_ADVICE)
@@ -160,13 +157,13 @@ def test_many_nodes_stay_within_the_limit():
 
 @pytest.mark.parametrize("policy", ["IfNotPresent", "Always"])
 def test_a_pod_is_steered_off_nodes_that_start_no_pod_whatever_its_images(policy):
-    inventory = cluster(node("a", *HELD), node("b", *HELD, sandbox=PAUSE), node("c", *HELD))
+    inventory = cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED), node("c", *HELD, **LEASED))
     plan = steering.plan(decide(pod(IMAGE, policy=policy), inventory, require=REQUIRE_ALL, now=NOW))
     assert plan == steering.Plan(("a", "c"))
 
 
 def test_no_node_that_starts_pods_means_no_steering():
-    inventory = cluster(node("a", sandbox=PAUSE), node("b", sandbox=PAUSE))
+    inventory = cluster(node("a", sandbox_missing=PAUSE, **LEASED), node("b", sandbox_missing=PAUSE, **LEASED))
     plan = steering.plan(decide(pod(IMAGE, policy="Always"), inventory, require=REQUIRE_ALL, now=NOW))
     assert plan == steering.Plan(reason=steering.NONE_HOLD)
 
@@ -179,11 +176,11 @@ def test_the_scanner_drops_rows_for_a_node_without_its_sandbox_image_under_their
     no image the node holds goes to the build list (--missing-images)."""
     from image_preflight.scanner.judge import MISSING_IMAGE, NO_SANDBOX, verdict_of
 
-    one = cluster(node("cpu-1", *HELD, sandbox=PAUSE))
+    one = cluster(node("cpu-1", *HELD, sandbox_missing=PAUSE, **LEASED))
     halted = verdict_of(decide(pod(IMAGE), one, now=NOW), one, now=NOW)
     assert (halted.reason, halted.images, halted.nodes) == (NO_SANDBOX, (), ("cpu-1",))
     assert PAUSE in halted.detail and "ctr -n k8s.io images import" in halted.detail
     # Beside a node that truly lacks the image, only that node is named for it.
-    two = cluster(node("cpu-1", *HELD, sandbox=PAUSE), node("cpu-2"))
+    two = cluster(node("cpu-1", *HELD, sandbox_missing=PAUSE, **LEASED), node("cpu-2", **LEASED))
     both = verdict_of(decide(pod(IMAGE), two, now=NOW), two, now=NOW)
     assert (both.reason, both.nodes) == (MISSING_IMAGE, ("cpu-2",))

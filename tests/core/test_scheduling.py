@@ -35,7 +35,7 @@ def fits(spec, node):
     return unschedulable_reason(PodPlacement.from_pod_spec(spec), node) is None
 
 
-def node(name="n1", taints=(), unschedulable=False, **labels):
+def traits(name="n1", taints=(), unschedulable=False, **labels):
     return NodeTraits(name, labels, tuple(taints), unschedulable)
 
 
@@ -80,54 +80,54 @@ def test_terms_are_ored():
         {"matchExpressions": [expr("zone", "In", "a")]},
         {"matchExpressions": [expr("zone", "In", "b")]},
     )
-    assert fits(spec, node(zone="a"))
-    assert fits(spec, node(zone="b"))
-    assert not fits(spec, node(zone="c"))
+    assert fits(spec, traits(zone="a"))
+    assert fits(spec, traits(zone="b"))
+    assert not fits(spec, traits(zone="c"))
 
 
 def test_expressions_in_a_term_are_anded():
     spec = affinity({"matchExpressions": [expr("zone", "In", "a"), expr("gpu", "Exists")]})
-    assert fits(spec, node(zone="a", gpu="t4"))
-    assert not fits(spec, node(zone="a"))
-    assert not fits(spec, node(gpu="t4"))
+    assert fits(spec, traits(zone="a", gpu="t4"))
+    assert not fits(spec, traits(zone="a"))
+    assert not fits(spec, traits(gpu="t4"))
 
 
 def test_node_selector_matches_exactly():
     spec = {"nodeSelector": {"disk": "ssd", "arch": ""}}
-    assert fits(spec, node(disk="ssd", arch="", extra="x"))
-    assert not fits(spec, node(disk="ssd"))
-    assert not fits(spec, node(disk="hdd", arch=""))
+    assert fits(spec, traits(disk="ssd", arch="", extra="x"))
+    assert not fits(spec, traits(disk="ssd"))
+    assert not fits(spec, traits(disk="hdd", arch=""))
 
 
 def test_node_selector_and_affinity_must_both_hold():
     spec = {"nodeSelector": {"disk": "ssd"}, **affinity({"matchExpressions": [expr("zone", "In", "a")]})}
-    assert fits(spec, node(disk="ssd", zone="a"))
-    assert unschedulable_reason(placement(**spec), node(disk="ssd", zone="b")) == REASON_AFFINITY
-    assert unschedulable_reason(placement(**spec), node(disk="hdd", zone="a")) == REASON_AFFINITY
+    assert fits(spec, traits(disk="ssd", zone="a"))
+    assert unschedulable_reason(placement(**spec), traits(disk="ssd", zone="b")) == REASON_AFFINITY
+    assert unschedulable_reason(placement(**spec), traits(disk="hdd", zone="a")) == REASON_AFFINITY
 
 
 def test_match_fields_metadata_name():
     spec_in = affinity({"matchFields": [expr("metadata.name", "In", "n2")]})
     spec_not_in = affinity({"matchFields": [expr("metadata.name", "NotIn", "n2")]})
-    assert [n.name for n in [node("n1"), node("n2")] if unschedulable_reason(placement(**spec_in), n) is None] == ["n2"]
-    assert [n.name for n in [node("n1"), node("n2")] if unschedulable_reason(placement(**spec_not_in), n) is None] == ["n1"]
+    assert [n.name for n in [traits("n1"), traits("n2")] if unschedulable_reason(placement(**spec_in), n) is None] == ["n2"]
+    assert [n.name for n in [traits("n1"), traits("n2")] if unschedulable_reason(placement(**spec_not_in), n) is None] == ["n1"]
 
 
 def test_match_fields_and_expressions_in_one_term_are_anded():
     spec = affinity({"matchExpressions": [expr("zone", "In", "a")], "matchFields": [expr("metadata.name", "In", "n1")]})
-    assert fits(spec, node("n1", zone="a"))
-    assert not fits(spec, node("n1", zone="b"))
-    assert not fits(spec, node("n2", zone="a"))
+    assert fits(spec, traits("n1", zone="a"))
+    assert not fits(spec, traits("n1", zone="b"))
+    assert not fits(spec, traits("n2", zone="a"))
 
 
 def test_match_fields_are_skipped_for_a_node_without_a_name():
     # Upstream only checks matchFields when the node exposes metadata.name.
-    assert fits(affinity({"matchFields": [expr("metadata.name", "In", "n1")]}), node(""))
+    assert fits(affinity({"matchFields": [expr("metadata.name", "In", "n1")]}), traits(""))
 
 
 def test_match_fields_other_key_reads_as_empty_like_the_scheduler():
-    assert not fits(affinity({"matchFields": [expr("metadata.uid", "In", "n1")]}), node("n1"))
-    assert fits(affinity({"matchFields": [expr("metadata.uid", "NotIn", "n1")]}), node("n1"))
+    assert not fits(affinity({"matchFields": [expr("metadata.uid", "In", "n1")]}), traits("n1"))
+    assert fits(affinity({"matchFields": [expr("metadata.uid", "NotIn", "n1")]}), traits("n1"))
 
 
 @pytest.mark.parametrize(
@@ -143,23 +143,23 @@ def test_match_fields_other_key_reads_as_empty_like_the_scheduler():
 def test_empty_terms_match_no_node(terms):
     p = placement(**affinity(*terms))
     assert p.required_terms == ()
-    assert unschedulable_reason(p, node(zone="a")) == REASON_AFFINITY
+    assert unschedulable_reason(p, traits(zone="a")) == REASON_AFFINITY
 
 
 def test_empty_term_does_not_block_a_matching_sibling():
     spec = affinity({}, {"matchExpressions": [expr("zone", "In", "a")]})
-    assert fits(spec, node(zone="a"))
+    assert fits(spec, traits(zone="a"))
 
 
 def test_required_without_terms_matches_no_node():
-    assert not fits({"affinity": {"nodeAffinity": {REQUIRED: {}}}}, node())
+    assert not fits({"affinity": {"nodeAffinity": {REQUIRED: {}}}}, traits())
 
 
 def test_no_required_affinity_matches_every_node():
     spec = {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}}
     p = placement(**spec)
     assert p.required_terms is None
-    assert fits(spec, node())
+    assert fits(spec, traits())
 
 
 @pytest.mark.parametrize(
@@ -187,7 +187,7 @@ def test_no_required_affinity_matches_every_node():
 )
 def test_invalid_expression_makes_its_term_match_nothing(expression, error):
     # Such labels would satisfy the requirement if it were read leniently.
-    n = node(zone="a", cores="5", gpu="x")
+    n = traits(zone="a", cores="5", gpu="x")
     spec = affinity({"matchExpressions": [expr("gpu", "Exists"), expression]})
     p = placement(**spec)
     assert p.term_errors == (f"{TERMS_PATH}[0].matchExpressions[1].{error}",)
@@ -209,12 +209,12 @@ def test_invalid_expression_makes_its_term_match_nothing(expression, error):
 def test_invalid_match_fields_make_the_term_match_nothing(requirement, error):
     p = placement(**affinity({"matchFields": [requirement]}))
     assert p.term_errors == (f"{TERMS_PATH}[0].{error}",)
-    assert unschedulable_reason(p, node("n1")) == REASON_AFFINITY
+    assert unschedulable_reason(p, traits("n1")) == REASON_AFFINITY
 
 
 def test_valid_labels_with_prefix_are_accepted():
     spec = affinity({"matchExpressions": [expr("topology.kubernetes.io/zone", "In", "eu-west-1a")]})
-    assert fits(spec, node(**{"topology.kubernetes.io/zone": "eu-west-1a"}))
+    assert fits(spec, traits(**{"topology.kubernetes.io/zone": "eu-west-1a"}))
     assert placement(**spec).term_errors == ()
 
 
@@ -223,20 +223,20 @@ def test_valid_labels_with_prefix_are_accepted():
 
 def test_node_name():
     p = placement(nodeName="n2")
-    assert unschedulable_reason(p, node("n2")) is None
-    assert unschedulable_reason(p, node("n1")) == REASON_NODE_NAME
+    assert unschedulable_reason(p, traits("n2")) is None
+    assert unschedulable_reason(p, traits("n1")) == REASON_NODE_NAME
 
 
 def test_empty_node_name_means_any_node():
     assert placement(nodeName="").node_name is None
-    assert fits({"nodeName": ""}, node("n1"))
+    assert fits({"nodeName": ""}, traits("n1"))
 
 
 # --- NodeUnschedulable ----------------------------------------------------------------------------
 
 
 def test_unschedulable_node_rejects_pod():
-    assert unschedulable_reason(placement(), node(unschedulable=True)) == REASON_UNSCHEDULABLE
+    assert unschedulable_reason(placement(), traits(unschedulable=True)) == REASON_UNSCHEDULABLE
 
 
 @pytest.mark.parametrize(
@@ -249,7 +249,7 @@ def test_unschedulable_node_rejects_pod():
     ],
 )
 def test_unschedulable_node_accepts_pod_tolerating_the_taint(toleration):
-    assert fits({"tolerations": [toleration]}, node(unschedulable=True))
+    assert fits({"tolerations": [toleration]}, traits(unschedulable=True))
 
 
 @pytest.mark.parametrize(
@@ -261,7 +261,7 @@ def test_unschedulable_node_accepts_pod_tolerating_the_taint(toleration):
     ],
 )
 def test_unschedulable_node_rejects_other_tolerations(toleration):
-    assert not fits({"tolerations": [toleration]}, node(unschedulable=True))
+    assert not fits({"tolerations": [toleration]}, traits(unschedulable=True))
 
 
 # --- TaintToleration ------------------------------------------------------------------------------
@@ -271,15 +271,15 @@ DEDICATED = Taint("dedicated", "gpu", "NoSchedule")
 
 @pytest.mark.parametrize(("effect", "blocks"), [("NoSchedule", True), ("NoExecute", True), ("PreferNoSchedule", False)])
 def test_taint_effects(effect, blocks):
-    reason = unschedulable_reason(placement(), node(taints=[Taint("dedicated", "gpu", effect)]))
+    reason = unschedulable_reason(placement(), traits(taints=[Taint("dedicated", "gpu", effect)]))
     assert reason == ("node(s) had untolerated taint {dedicated: gpu}" if blocks else None)
 
 
 def test_first_untolerated_taint_is_reported():
     taints = [Taint("a", "1", "PreferNoSchedule"), Taint("b", "", "NoExecute"), Taint("c", "3", "NoSchedule")]
-    assert unschedulable_reason(placement(), node(taints=taints)) == "node(s) had untolerated taint {b: }"
+    assert unschedulable_reason(placement(), traits(taints=taints)) == "node(s) had untolerated taint {b: }"
     p = placement(tolerations=[{"key": "b", "operator": "Exists"}])
-    assert unschedulable_reason(p, node(taints=taints)) == "node(s) had untolerated taint {c: 3}"
+    assert unschedulable_reason(p, traits(taints=taints)) == "node(s) had untolerated taint {c: 3}"
 
 
 @pytest.mark.parametrize(
@@ -300,22 +300,22 @@ def test_first_untolerated_taint_is_reported():
     ],
 )
 def test_toleration_matching(toleration, tolerates):
-    assert fits({"tolerations": [toleration]}, node(taints=[DEDICATED])) is tolerates
+    assert fits({"tolerations": [toleration]}, traits(taints=[DEDICATED])) is tolerates
 
 
 def test_every_blocking_taint_needs_a_toleration():
     taints = [DEDICATED, Taint("spot", "", "NoExecute")]
     one = [{"key": "dedicated", "operator": "Exists"}]
     both = one + [{"key": "spot", "operator": "Exists", "effect": "NoExecute"}]
-    assert not fits({"tolerations": one}, node(taints=taints))
-    assert fits({"tolerations": both}, node(taints=taints))
+    assert not fits({"tolerations": one}, traits(taints=taints))
+    assert fits({"tolerations": both}, traits(taints=taints))
 
 
 NOT_READY = [Taint("node.kubernetes.io/not-ready", "", "NoSchedule"), Taint("node.kubernetes.io/not-ready", "", "NoExecute")]
 
 
 def test_not_ready_node_rejects_pod():
-    reason = unschedulable_reason(placement(), node(taints=NOT_READY))
+    reason = unschedulable_reason(placement(), traits(taints=NOT_READY))
     assert reason == "node(s) had untolerated taint {node.kubernetes.io/not-ready: }"
 
 
@@ -325,11 +325,11 @@ def test_not_ready_node_rejects_pod_with_default_noexecute_tolerations():
         {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
         {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
     ]
-    assert not fits({"tolerations": default}, node(taints=NOT_READY))
+    assert not fits({"tolerations": default}, traits(taints=NOT_READY))
 
 
 def test_not_ready_node_accepts_pod_tolerating_every_effect():
-    assert fits({"tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]}, node(taints=NOT_READY))
+    assert fits({"tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]}, traits(taints=NOT_READY))
 
 
 def test_toleration_object_directly():
@@ -342,9 +342,9 @@ def test_toleration_object_directly():
 
 def test_reasons_follow_the_scheduler_plugin_order():
     p = placement(nodeSelector={"zone": "a"})
-    assert unschedulable_reason(p, node("n1", taints=[DEDICATED], unschedulable=True)) == REASON_UNSCHEDULABLE
-    assert unschedulable_reason(p, node("n1", taints=[DEDICATED])).startswith("node(s) had untolerated taint")
-    assert unschedulable_reason(p, node("n1")) == REASON_AFFINITY
+    assert unschedulable_reason(p, traits("n1", taints=[DEDICATED], unschedulable=True)) == REASON_UNSCHEDULABLE
+    assert unschedulable_reason(p, traits("n1", taints=[DEDICATED])).startswith("node(s) had untolerated taint")
+    assert unschedulable_reason(p, traits("n1")) == REASON_AFFINITY
 
 
 def test_a_pod_naming_its_node_is_admitted_by_the_kubelet_not_the_scheduler():
@@ -352,20 +352,20 @@ def test_a_pod_naming_its_node_is_admitted_by_the_kubelet_not_the_scheduler():
     and selector, node name) and NoExecute taints only. A cordon or a NoSchedule taint does not
     keep the pod off, so it pulls there (and waits there for a missing image)."""
     named = placement(nodeName="n1", nodeSelector={"zone": "a"})
-    assert unschedulable_reason(named, node("n1", taints=[DEDICATED], unschedulable=True, zone="a")) is None
-    evicting = node("n1", taints=[Taint("spot", "", "NoExecute")], zone="a")
+    assert unschedulable_reason(named, traits("n1", taints=[DEDICATED], unschedulable=True, zone="a")) is None
+    evicting = traits("n1", taints=[Taint("spot", "", "NoExecute")], zone="a")
     assert unschedulable_reason(named, evicting).startswith("node(s) had untolerated taint")
-    assert unschedulable_reason(named, node("n1", zone="b")) == REASON_AFFINITY
-    assert unschedulable_reason(named, node("n2", zone="a")) == REASON_NODE_NAME
+    assert unschedulable_reason(named, traits("n1", zone="b")) == REASON_AFFINITY
+    assert unschedulable_reason(named, traits("n2", zone="a")) == REASON_NODE_NAME
 
 
 def test_filters_keep_the_nodes_every_filter_passes():
     nodes = [
-        node("a", zone="x"),
-        node("b", zone="y"),
-        node("c", zone="x", taints=[DEDICATED]),
-        node("d", zone="x", unschedulable=True),
-        node("e", zone="x"),
+        traits("a", zone="x"),
+        traits("b", zone="y"),
+        traits("c", zone="x", taints=[DEDICATED]),
+        traits("d", zone="x", unschedulable=True),
+        traits("e", zone="x"),
     ]
     assert eligible({"nodeSelector": {"zone": "x"}}, nodes) == ["a", "e"]
 
@@ -532,10 +532,10 @@ def eligible(spec: dict, nodes: list[NodeTraits]) -> list[str]:
 def test_admission_adds_the_default_not_ready_and_unreachable_tolerations():
     """plugin/pkg/admission/defaulttolerationseconds/admission.go: a node tainted only
     not-ready/unreachable NoExecute still takes new pods (the scheduler tolerates them for 300 s)."""
-    unreachable = node("n1", taints=[Taint("node.kubernetes.io/unreachable", "", "NoExecute")])
+    unreachable = traits("n1", taints=[Taint("node.kubernetes.io/unreachable", "", "NoExecute")])
     assert unschedulable_reason(placement(), unreachable) is not None
     assert unschedulable_reason(as_admitted(placement()), unreachable) is None
-    not_ready = node("n1", taints=[Taint("node.kubernetes.io/not-ready", "", "NoExecute"),
+    not_ready = traits("n1", taints=[Taint("node.kubernetes.io/not-ready", "", "NoExecute"),
                                    Taint("node.kubernetes.io/not-ready", "", "NoSchedule")])
     assert unschedulable_reason(as_admitted(placement()), not_ready).startswith("node(s) had untolerated taint")
 
@@ -544,12 +544,12 @@ def test_a_daemonset_runs_where_its_controller_puts_it_not_where_the_scheduler_w
     """pkg/controller/daemon/daemon_controller.go, NodeShouldRunDaemonPod, with the tolerations of
     pkg/controller/daemon/util/daemonset_util.go AddOrUpdateDaemonPodTolerations."""
     daemon = as_daemon(placement())
-    cordoned = node("n1", taints=[Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")], unschedulable=True)
+    cordoned = traits("n1", taints=[Taint("node.kubernetes.io/unschedulable", "", "NoSchedule")], unschedulable=True)
     assert unschedulable_reason(placement(), cordoned) == REASON_UNSCHEDULABLE
     assert unschedulable_reason(daemon, cordoned) is None
-    pressure = node("n1", taints=[Taint("node.kubernetes.io/disk-pressure", "", "NoSchedule")])
+    pressure = traits("n1", taints=[Taint("node.kubernetes.io/disk-pressure", "", "NoSchedule")])
     assert unschedulable_reason(daemon, pressure) is None
-    no_network = node("n1", taints=[Taint("node.kubernetes.io/network-unavailable", "", "NoSchedule")])
+    no_network = traits("n1", taints=[Taint("node.kubernetes.io/network-unavailable", "", "NoSchedule")])
     assert unschedulable_reason(daemon, no_network) is not None
     assert unschedulable_reason(as_daemon(placement(hostNetwork=True)), no_network) is None
-    assert unschedulable_reason(daemon, node("n1", taints=[DEDICATED])) is not None
+    assert unschedulable_reason(daemon, traits("n1", taints=[DEDICATED])) is not None

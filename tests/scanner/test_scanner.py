@@ -14,26 +14,13 @@ from image_preflight import load_inventory
 from image_preflight.scanner import filter_rows
 from image_preflight.scanner.judge import DROP_REASONS
 from image_preflight.core.decide.inventory import Inventory, NodeImages
-from tests.builders import SWE_TEMPLATE
+from tests.builders import SWE_TEMPLATE, kube_node, library_images
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "swe-smith"
 
 TEMPLATE = SWE_TEMPLATE
 IMAGE = "{{ input.image_name }}:openai"
-
-
-def node(name, images=(), *, labels=None, taints=None):
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}},
-        "spec": {"taints": taints} if taints else {},
-        "status": {
-            "conditions": [{"type": "Ready", "status": "True"}],
-            "images": [{"names": [f"docker.io/library/{image}"], "sizeBytes": 1000 - i} for i, image in enumerate(images)],
-        },
-    }
 
 
 def write_nodes(path: Path, *nodes) -> Path:
@@ -79,7 +66,7 @@ def one_line_error(capsys) -> str:
 def work(tmp_path, monkeypatch):
     """A working directory with a one-node inventory holding `good:openai` and `other:openai`."""
     monkeypatch.chdir(tmp_path)
-    write_nodes(tmp_path / "nodes.json", node("node-a", ["good:openai", "other:openai"]))
+    write_nodes(tmp_path / "nodes.json", kube_node("node-a", library_images("good:openai", "other:openai")))
     (tmp_path / "job.yaml").write_text(TEMPLATE)
     return tmp_path
 
@@ -379,8 +366,8 @@ def pin_rows(work):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    write_nodes(work / "nodes.json", node("node-a", ["good:openai", "other:openai", "tools-a:v1", "tools-b:v1",
-                                                     "proxy:v2"]))
+    write_nodes(work / "nodes.json", kube_node("node-a", library_images("good:openai", "other:openai", "tools-a:v1", "tools-b:v1",
+                                                     "proxy:v2")))
     (work / "pin.yaml").write_text(PIN_TEMPLATE)
     train = [{"image_name": "good:openai", "tools": "tools-a"},
              {"image_name": "lost:openai", "tools": "tools-b"},  # dropped: neither of its images is needed
@@ -437,7 +424,7 @@ def test_the_api_returns_the_lines_the_file_holds(work, pin_rows):
 
 def test_rows_kept_unknown_need_their_images(work):
     filler = [f"filler-{i}:v1" for i in range(49)]
-    write_nodes(work / "big.json", node("big", ["good:openai", *filler]))  # 50 images: the kubelet's cap
+    write_nodes(work / "big.json", kube_node("big", library_images("good:openai", *filler)))  # 50 images: the kubelet's cap
     write_jsonl(work / "train.jsonl", rows_of("good", "absent", "lost"))
     args = ["scan", "train.jsonl", "--image", IMAGE, "--inventory", "big.json", "--needed-images", "needed.txt"]
     assert main(args) == 0
@@ -509,7 +496,7 @@ def test_image_shortcut_drops_like_the_template(work):
 @pytest.mark.parametrize(("require", "kept"), [("all", 1), ("any", 2), ("steer", 2)])
 def test_require_all_or_any_node_or_steer(work, require, kept):
     """--steer keeps a row when one eligible node holds its images, as `serve --steer` admits its Job."""
-    write_nodes(work / "two.json", node("n1", ["shared:openai", "only-n1:openai"]), node("n2", ["shared:openai"]))
+    write_nodes(work / "two.json", kube_node("n1", library_images("shared:openai", "only-n1:openai")), kube_node("n2", library_images("shared:openai")))
     write_jsonl(work / "train.jsonl", rows_of("shared", "only-n1", "nowhere"))
     choice = ["--steer"] if require == "steer" else ["--require", require]
     code = main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "two.json", *choice,
@@ -526,7 +513,7 @@ def test_require_all_or_any_node_or_steer(work, require, kept):
 
 
 def test_steer_takes_no_require(work, capsys):
-    write_nodes(work / "two.json", node("n1", ["shared:openai"]))
+    write_nodes(work / "two.json", kube_node("n1", library_images("shared:openai")))
     write_jsonl(work / "train.jsonl", rows_of("shared"))
     assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "two.json", "--steer",
                  "--require", "any"]) == 2
@@ -535,7 +522,7 @@ def test_steer_takes_no_require(work, capsys):
 
 def test_truncated_node_list_is_unknown_unless_kept(work):
     filler = [f"filler-{i}:v1" for i in range(49)]
-    write_nodes(work / "big.json", node("big", ["good:openai", *filler]))  # 50 images: the kubelet's cap
+    write_nodes(work / "big.json", kube_node("big", library_images("good:openai", *filler)))  # 50 images: the kubelet's cap
     write_jsonl(work / "train.jsonl", rows_of("good", "absent"))
     args = ["scan", "train.jsonl", "--image", IMAGE, "--inventory", "big.json", "--report", "report.json"]
 
@@ -563,8 +550,8 @@ def test_node_selector_matching_no_node_is_no_eligible_node(work):
 
 
 def test_tainted_node_is_not_eligible(work):
-    write_nodes(work / "two.json", node("gpu", ["good:openai"], taints=[{"key": "gpu", "effect": "NoSchedule"}]),
-                node("cpu", ["other:openai"]))
+    write_nodes(work / "two.json", kube_node("gpu", library_images("good:openai"), taints=[{"key": "gpu", "effect": "NoSchedule"}]),
+                kube_node("cpu", library_images("other:openai")))
     write_jsonl(work / "train.jsonl", rows_of("good"))
     assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "two.json", "--report", "r.json"]) == 0
     (dropped,) = json.loads((work / "r.json").read_text())["dropped"]
@@ -798,7 +785,7 @@ def test_progress_knows_the_total_before_the_rows_are_done(work, suffix):
 
 def test_a_node_list_longer_than_the_cap_is_called_proof_that_the_flag_is_wrong(work, capsys):
     images = ["good:openai"] + [f"filler-{n}:v1" for n in range(59)]
-    write_nodes(work / "long.json", node("node-long", images))
+    write_nodes(work / "long.json", kube_node("node-long", library_images(*images)))
     write_jsonl(work / "train.jsonl", rows_of("good", "lost"))
     assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "long.json"]) == 0
     out = " ".join(capsys.readouterr().out.split())
@@ -809,7 +796,7 @@ def test_a_node_list_longer_than_the_cap_is_called_proof_that_the_flag_is_wrong(
 @pytest.mark.parametrize(("rows", "said"), [(["lost", "lost", "good"], True), (["good"] * 10 + ["lost"], False)])
 def test_many_rows_unknown_through_caps_end_with_one_line_saying_why(work, capsys, rows, said):
     images = ["good:openai"] + [f"filler-{n}:v1" for n in range(49)]  # exactly at the cap
-    write_nodes(work / "capped.json", node("node-capped", images))
+    write_nodes(work / "capped.json", kube_node("node-capped", library_images(*images)))
     write_jsonl(work / "train.jsonl", rows_of(*rows))
     assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "capped.json"]) == 0
     out = " ".join(capsys.readouterr().out.split())

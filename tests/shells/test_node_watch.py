@@ -1,6 +1,6 @@
-"""The node watch (node_watcher) through the real kubernetes client, on the in-process double for what only it
-produces on demand: injected errors, watches dropped, ended or silenced at a chosen moment, the
-history compacted while the watcher is held away. On the real control plane:
+"""The node watch (node_watcher) through the real kubernetes client, on the in-process double for
+what only it produces on demand: injected errors, watches dropped, ended or silenced at a chosen
+moment, the history compacted while the watcher is held away. On the real control plane:
 tests/cluster/test_cluster_node_watch.py."""
 
 from __future__ import annotations
@@ -10,20 +10,14 @@ from typing import Callable, Iterator
 
 import pytest
 
+from tests.builders import kube_node, library_images
 from tests.fake_apiserver import FakeApiServer
 from tests.node_watch_helpers import RecordingSink, Running, Watchers, wait_until
 
+IMAGES = library_images("img0:v1", "img1:v1", "img2:v1")
+
 
 # --- on the double: injected errors, watches dropped or ended, history compacted ----------------------
-
-
-def node(name: str, labels: dict[str, str] | None = None, images: int = 3) -> dict:
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": labels or {}},
-        "status": {"images": [{"names": [f"docker.io/library/img{i}:v1"], "sizeBytes": 1000 + i} for i in range(images)]},
-    }
 
 
 def fake_versions(server: FakeApiServer) -> dict[str, str]:
@@ -47,7 +41,7 @@ def start_watcher(fake_api_client) -> Iterator[Callable[..., Running]]:
 
 def test_compaction_gives_410_and_a_relist_converges(fake_apiserver, start_watcher):
     for name in ("a", "b"):
-        fake_apiserver.put_object("nodes", node(name))
+        fake_apiserver.put_object("nodes", kube_node(name, IMAGES))
     run = start_watcher()
     wait_until(run.watcher.synced.is_set, "the first list completes")
 
@@ -55,8 +49,8 @@ def test_compaction_gives_410_and_a_relist_converges(fake_apiserver, start_watch
     fake_apiserver.fail_next(10**9, status=503)
     fake_apiserver.drop_watches()
     fake_apiserver.delete_object("nodes", "a")
-    fake_apiserver.put_object("nodes", node("b", labels={"changed": "yes"}))
-    fake_apiserver.put_object("nodes", node("c"))
+    fake_apiserver.put_object("nodes", kube_node("b", IMAGES, labels={"changed": "yes"}))
+    fake_apiserver.put_object("nodes", kube_node("c", IMAGES))
     fake_apiserver.compact()
     fake_apiserver.fail_next(0)
 
@@ -64,11 +58,11 @@ def test_compaction_gives_410_and_a_relist_converges(fake_apiserver, start_watch
     assert "expired" in run.restarts
     assert len(list_calls(fake_apiserver)) == 2
     assert sorted(run.sink.nodes) == ["b", "c"]
-    assert run.sink.nodes["b"]["metadata"]["labels"] == {"changed": "yes"}
+    assert run.sink.nodes["b"]["metadata"]["labels"]["changed"] == "yes"
 
 
 def test_http_410_on_watch_also_relists(fake_apiserver, start_watcher):
-    fake_apiserver.put_object("nodes", node("a"))
+    fake_apiserver.put_object("nodes", kube_node("a", IMAGES))
     run = start_watcher()
     wait_until(run.watcher.synced.is_set, "the first list completes")
 
@@ -76,19 +70,19 @@ def test_http_410_on_watch_also_relists(fake_apiserver, start_watcher):
     fake_apiserver.end_watches()
     wait_until(lambda: len(list_calls(fake_apiserver)) == 2, "a 410 answer to the watch triggers a relist")
     assert "expired" in run.restarts
-    fake_apiserver.put_object("nodes", node("b"))
+    fake_apiserver.put_object("nodes", kube_node("b", IMAGES))
     wait_until(converged(fake_apiserver, run.sink), "the view keeps following the server")
 
 
 def test_dropped_connections_reconnect_without_duplicates_or_losses(fake_apiserver, start_watcher):
-    fake_apiserver.put_object("nodes", node("n0"))
+    fake_apiserver.put_object("nodes", kube_node("n0", IMAGES))
     run = start_watcher()
     wait_until(run.watcher.synced.is_set, "the first list completes")
 
     for round_ in range(1, 6):
         fake_apiserver.drop_watches()
-        fake_apiserver.put_object("nodes", node(f"n{round_}"))
-        fake_apiserver.put_object("nodes", node(f"n{round_ - 1}", labels={"round": str(round_)}))
+        fake_apiserver.put_object("nodes", kube_node(f"n{round_}", IMAGES))
+        fake_apiserver.put_object("nodes", kube_node(f"n{round_ - 1}", IMAGES, labels={"round": str(round_)}))
         if round_ % 2 == 0:
             fake_apiserver.delete_object("nodes", f"n{round_ - 2}")
         wait_until(converged(fake_apiserver, run.sink), f"the view converges after drop {round_}")
@@ -100,7 +94,7 @@ def test_dropped_connections_reconnect_without_duplicates_or_losses(fake_apiserv
 
 
 def test_server_errors_back_off_then_recover(fake_apiserver, start_watcher):
-    fake_apiserver.put_object("nodes", node("a"))
+    fake_apiserver.put_object("nodes", kube_node("a", IMAGES))
     fake_apiserver.fail_next(2, status=500)
     run = start_watcher()
     wait_until(run.watcher.synced.is_set, "the list succeeds after two failures")
@@ -110,7 +104,7 @@ def test_server_errors_back_off_then_recover(fake_apiserver, start_watcher):
     before = len(fake_apiserver.watch_requests("nodes"))
     fake_apiserver.fail_next(3, status=503)
     fake_apiserver.drop_watches()
-    fake_apiserver.put_object("nodes", node("b"))
+    fake_apiserver.put_object("nodes", kube_node("b", IMAGES))
     wait_until(converged(fake_apiserver, run.sink), "the view converges after the errors stop")
     # About one retry per failure, then one watch that stays open: no busy loop. (A bound, not
     # an exact count: the drop and the injected failures race with the watcher's reconnects.)
@@ -125,7 +119,7 @@ MARGIN_S = 1.5  # to reconnect and deliver, on a loaded machine
 
 
 def test_a_watch_gone_silent_is_restarted_within_its_bound(fake_apiserver, start_watcher):
-    fake_apiserver.put_object("nodes", node("a"))
+    fake_apiserver.put_object("nodes", kube_node("a", IMAGES))
     run = start_watcher(silence_timeout=SILENCE_S)
     wait_until(run.watcher.synced.is_set, "the first list completes")
     listed = run.watcher.last_sync
@@ -133,7 +127,7 @@ def test_a_watch_gone_silent_is_restarted_within_its_bound(fake_apiserver, start
 
     fake_apiserver.silence_watches()
     silenced = time.monotonic()
-    fake_apiserver.put_object("nodes", node("b"))  # lost in the silent stream
+    fake_apiserver.put_object("nodes", kube_node("b", IMAGES))  # lost in the silent stream
     wait_until(converged(fake_apiserver, run.sink), "the change made during the silence arrives",
                deadline=SILENCE_S + MARGIN_S)
     assert time.monotonic() - silenced > SILENCE_S - 0.5  # the last bookmark came at most 0.2 s before
@@ -143,12 +137,12 @@ def test_a_watch_gone_silent_is_restarted_within_its_bound(fake_apiserver, start
 
 
 def test_before_its_first_bookmark_a_watch_may_be_silent_until_its_timeout(fake_apiserver, start_watcher):
-    fake_apiserver.put_object("nodes", node("a"))
+    fake_apiserver.put_object("nodes", kube_node("a", IMAGES))
     fake_apiserver.silence_next_watches(1)
     run = start_watcher(silence_timeout=SILENCE_S, watch_timeout_seconds=2)
     wait_until(lambda: fake_apiserver.watch_requests("nodes"), "the watch is open")
     opened = time.monotonic()
-    fake_apiserver.put_object("nodes", node("b"))
+    fake_apiserver.put_object("nodes", kube_node("b", IMAGES))
     bound = 2 + SILENCE_S  # this double ignores timeoutSeconds, so the client ends the watch
     wait_until(converged(fake_apiserver, run.sink), "the change arrives once the silent watch is dropped",
                deadline=bound + MARGIN_S)
@@ -158,13 +152,13 @@ def test_before_its_first_bookmark_a_watch_may_be_silent_until_its_timeout(fake_
 
 
 def test_bookmarks_keep_a_quiet_watch_open(fake_apiserver, start_watcher):
-    fake_apiserver.put_object("nodes", node("a"))
+    fake_apiserver.put_object("nodes", kube_node("a", IMAGES))
     run = start_watcher(silence_timeout=SILENCE_S)
     wait_until(lambda: fake_apiserver.watch_requests("nodes"), "the watch is open")
     time.sleep(3 * SILENCE_S)  # nothing changes, only bookmarks come
     assert run.restarts == []
     assert time.monotonic() - run.watcher.last_sync < SILENCE_S  # and keep the view proven current
-    fake_apiserver.put_object("nodes", node("b"))
+    fake_apiserver.put_object("nodes", kube_node("b", IMAGES))
     wait_until(converged(fake_apiserver, run.sink), "the same watch delivers a change", deadline=SILENCE_S)
     assert len(fake_apiserver.watch_requests("nodes")) == 1
 
