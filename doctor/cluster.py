@@ -12,6 +12,7 @@ from kubernetes.client.exceptions import ApiException
 from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
 from image_preflight.doctor.findings import WEBHOOK_NAME, WebhookTarget
 from image_preflight.kube.cluster_inventory import KubeletUnread, Unreadable, kubelet_reads, list_all
+from image_preflight.kube.status import status_message
 from image_preflight.kube.watch import describe_error
 
 _TIMEOUT = (5.0, 30.0)
@@ -108,10 +109,7 @@ def probe(api: kubernetes.client.ApiClient, namespace: str) -> tuple[str, str]:
         _, _, headers = kubernetes.client.BatchV1Api(api).create_namespaced_job_with_http_info(
             namespace, job, dry_run="All", _request_timeout=_TIMEOUT)
     except ApiException as exc:
-        try:
-            message = json.loads(exc.body or "{}").get("message", "")
-        except ValueError:
-            message = ""
+        message = status_message(exc)
         if exc.status == 422 and WEBHOOK_NAME in message:
             return "denied", message
         return "error", f"creating a dry-run Job: {describe_error(exc)}"

@@ -13,7 +13,8 @@ from kubernetes.client.exceptions import ApiException
 from image_preflight.core.watchdog import job_failure
 from image_preflight.core.watchdog.job_failure import AUDIT, AUDITED, EVENT_ONLY, FAILED, Action
 from image_preflight.core.watchdog.stalls import Stall
-from image_preflight.kube.watch import describe_error, status_message
+from image_preflight.kube.status import status_message
+from image_preflight.kube.watch import describe_error
 
 _REQUEST_TIMEOUT = (10.0, 30.0)
 _CONFLICT_ATTEMPTS = 5  # a Job changes between our read and our patch only while its controller acts

@@ -24,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError, ReadTimeoutError
 
 from image_preflight.kube.pages import Pages
+from image_preflight.kube.status import status_message
 
 log = logging.getLogger(__name__)
 
@@ -303,14 +304,6 @@ def _lines(response) -> Iterator[str]:
             newline = buffer.find(b"\n")
     if buffer.strip():
         yield buffer.decode("utf-8")
-
-
-def status_message(exc: ApiException) -> str:
-    """The message of the Status an API error carries, or ""."""
-    try:
-        return json.loads(exc.body or "{}").get("message", "") or ""
-    except (ValueError, AttributeError):
-        return ""
 
 
 def describe_error(exc: BaseException) -> str:

@@ -1,24 +1,10 @@
-"""Calls on the test control plane that several cluster tests make: a namespace to admit in, a
-refusal's Status, a Job created as agent-lightning's controller creates it."""
+"""A Job created on the test control plane as agent-lightning's controller creates it."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import uuid
 
 import kr8s.asyncio
-from kubernetes.client.rest import ApiException
-
-
-def new_namespace(plane, labels: dict | None = None) -> str:
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
-    plane.core().create_namespace({"metadata": {"name": name, "labels": labels or {}}})
-    return name
-
-
-def status_of(exc: ApiException) -> dict:
-    return json.loads(exc.body)
 
 
 def kr8s_create(plane, namespace: str, manifest: dict) -> dict | str:

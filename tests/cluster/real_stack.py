@@ -14,16 +14,15 @@ from kubernetes.client.rest import ApiException
 
 from image_preflight.core.watchdog import job_failure
 from tests.agent_lightning import TEMPLATE, build_job_spec, example_row
-from tests.builders import example_row_id
+from tests.builders import ENFORCE_LABEL, example_row_id
 from tests.chart import apply
 from tests.cluster.watchdog_process import Watchdog
-from tests.controlplane.cluster import terminate, wait_for
+from tests.controlplane.cluster import new_namespace, terminate, wait_for
 from tests.controlplane.webhook import ServedWebhook
 from tests.node.images import swe_smith_image
 from tests.node.real_node import NODE_NAME, RealNode
 
 
-ENFORCE = {"image-preflight.io/enforce": "true"}
 DENIED = 'admission webhook "validate.image-preflight.io" denied the request: invalid:'
 HELD = swe_smith_image("pandas-dev", "pandas", "95280573e1")
 ABSENT = swe_smith_image("getmoto", "moto", "694ce1f4a1")
@@ -47,11 +46,7 @@ class Stack:
         self.namespaces: list[str] = []
 
     def namespace(self, opted_in: bool = True) -> str:
-        name = f"rn-{uuid.uuid4().hex[:8]}"
-        self.core.create_namespace({"metadata": {"name": name, "labels": ENFORCE if opted_in else {}}})
-        # What agent-lightning's SWE-smith template mounts besides the image.
-        self.core.create_namespaced_config_map(name, {"metadata": {"name": "swe-smith-agent-scripts"},
-                                                      "data": {"smith_agent.py": "print('rollout')\n"}})
+        name = new_namespace(self.plane, ENFORCE_LABEL if opted_in else {}, rollout_scripts=True)
         self.namespaces.append(name)
         return name
 

@@ -12,9 +12,9 @@ import pytest
 from kubernetes import client as k8s
 
 from image_preflight.core.watchdog import job_failure
-from tests.builders import SANDBOX_MESSAGES, failed_condition, job_manifest
+from tests.builders import ENFORCE_LABEL, SANDBOX_MESSAGES, failed_condition, job_manifest
 from tests.cluster.watchdog_process import BOUND_S, FakeKubelet, GRACE_S, Watchdog
-from tests.controlplane.cluster import create_node, delete_namespaces, wait_for
+from tests.controlplane.cluster import create_node, delete_namespaces, new_namespace, wait_for
 
 PAUSE = "registry.k8s.io/pause:3.10.1"
 
@@ -27,9 +27,8 @@ def watchdog_cluster(service_accounts, tmp_path):
     kubeconfig = plane.service_account_kubeconfig("image-preflight", "image-preflight-watchdog",
                                                   tmp_path / "watchdog.kubeconfig")
     node_name = f"sandboxless-{uuid.uuid4().hex[:8]}"
-    namespace = f"e2e-{uuid.uuid4().hex[:8]}"
     create_node(plane, node_name, taints=[])
-    plane.core().create_namespace({"metadata": {"name": namespace, "labels": {"image-preflight.io/enforce": "true"}}})
+    namespace = new_namespace(plane, ENFORCE_LABEL)
     kubelet = FakeKubelet(plane).start()
     kubelet.namespaces.append(namespace)
     watchdog = Watchdog(plane, kubeconfig, tmp_path / "watchdog.log")

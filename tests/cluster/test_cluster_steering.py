@@ -19,7 +19,7 @@ from tests.controlplane.cluster import create_node, delete_namespaces, wait_for
 from tests.controlplane.webhook import ServedWebhook
 from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, containerd_names, job_manifest
 from tests.chart import API_ONLY, apply, merged, secret_values
-from tests.cluster.kube_calls import new_namespace
+from tests.controlplane.cluster import new_namespace
 
 ID = uuid.uuid4().hex[:8]
 NODES = tuple(f"steer-{n}-{ID}" for n in "abc")

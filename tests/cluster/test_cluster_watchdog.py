@@ -30,11 +30,10 @@ from image_preflight.core.watchdog import job_failure
 from image_preflight.core.watchdog.stalls import Stalls
 from image_preflight.kube.client import api_client
 from image_preflight.watchdog.actions import Actions
-from tests.controlplane.cluster import create_node, delete_namespaces, set_node_images, wait_for
+from tests.controlplane.cluster import create_node, delete_namespaces, new_namespace, set_node_images, wait_for
 from tests.controlplane.webhook import ServedWebhook
 from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, containerd_names, failed_condition, job_manifest
 from tests.chart import render
-from tests.cluster.kube_calls import new_namespace
 from tests.cluster.watchdog_process import BOUND_S, FakeKubelet, GRACE_S, Watchdog
 
 ID = uuid.uuid4().hex[:8]

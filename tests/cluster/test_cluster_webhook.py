@@ -13,12 +13,13 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from tests.controlplane.cluster import KUBELET_PORT, create_node, wait_for
+from tests.controlplane.cluster import KUBELET_PORT, create_node, new_namespace, wait_for
 from tests.controlplane.webhook import ServedWebhook
 from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, WEBHOOK, containerd_names, job_manifest
 from tests.chart import API_ONLY, apply, merged, secret_values
+from image_preflight.kube.status import status_of
 from image_preflight.core.decide.scheduling import NodeTraits, PodPlacement, unschedulable_reason
-from tests.cluster.kube_calls import kr8s_create, new_namespace, status_of
+from tests.cluster.kube_calls import kr8s_create
 
 HELD = "swe-smith/task-held:openai"
 HELD_ON_ONE = "swe-smith/task-partial:openai"

@@ -14,6 +14,7 @@ import time
 import pytest
 from kubernetes import client as k8s
 
+from tests.builders import ENFORCE_LABEL
 from tests.controlplane.cluster import (
     create_node,
     kubelet_configz,
@@ -28,7 +29,6 @@ from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, f
 from image_preflight.doctor.gc import grant_proxy
 
 ROLLOUTS = "rollouts"
-ENFORCE = {"image-preflight.io/enforce": "true"}
 FILLER = [[f"docker.io/library/filler-{n}:v1"] for n in range(60)]
 
 
@@ -38,7 +38,7 @@ def plane(tmp_path_factory, webhook_certs):  # noqa: F811 - fixture
     with running_control_plane(tmp_path_factory.mktemp("doctor-controlplane")) as started:
         apply(started, merged(API_ONLY, secret_values(webhook_certs)))
         core = started.core()
-        core.create_namespace({"metadata": {"name": ROLLOUTS, "labels": ENFORCE}})
+        core.create_namespace({"metadata": {"name": ROLLOUTS, "labels": ENFORCE_LABEL}})
         core.create_namespace({"metadata": {"name": "elsewhere"}})
         create_node(started, "cpu-1", images=FILLER[:5], taints=[])
         _set_webhook_pods_ready(started, True)

@@ -24,8 +24,8 @@ from tests.agent_lightning import TEMPLATE, VENV, example_row, require_agent_lig
 from tests.controlplane.cluster import free_port, terminate, wait_for
 from tests.needs import record_figures
 from tests.chart import merged
-from tests.cluster.real_stack import ABSENT, DENIED, ENFORCE, GRACE_S, HELD, apply_without_pods
-from tests.builders import example_row_id
+from tests.cluster.real_stack import ABSENT, DENIED, GRACE_S, HELD, apply_without_pods
+from tests.builders import ENFORCE_LABEL, example_row_id
 
 KEY = "dummy"  # run.sh's AGL_KEY default
 POLL_S = 5.0  # agl-controller's k8s_runner.poll_interval default, as run.sh leaves it
@@ -179,7 +179,7 @@ def test_without_image_preflight_the_rollout_stays_running_in_image_pull_back_of
     """The namespace opted out: neither the webhook nor the watchdog looks. The rollout waits
     until its own timeout (30 s here; the seed's 1,800 s)."""
     core = agl.stack.core
-    core.patch_namespace(agl.namespace, {"metadata": {"labels": {key: None for key in ENFORCE}}})
+    core.patch_namespace(agl.namespace, {"metadata": {"labels": {key: None for key in ENFORCE_LABEL}}})
     try:
         wait_for(lambda: agl.stack.dry_run(agl.namespace, ABSENT)[0] == 0, "the webhook no longer called")
         (rollout,) = agl.enqueue([ABSENT], timeout_seconds=30)
@@ -194,7 +194,7 @@ def test_without_image_preflight_the_rollout_stays_running_in_image_pull_back_of
         (job,) = _jobs_of(agl, rollout)
         assert job_failure.ANNOTATION not in (job.metadata.annotations or {})  # its own deadline, not ours
     finally:
-        core.patch_namespace(agl.namespace, {"metadata": {"labels": ENFORCE}})
+        core.patch_namespace(agl.namespace, {"metadata": {"labels": ENFORCE_LABEL}})
 
 
 def test_a_batch_as_the_trainer_sends_it_fails_every_bad_rows_rollouts_and_runs_the_good(agl):

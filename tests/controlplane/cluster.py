@@ -395,6 +395,18 @@ def create_node(plane: ControlPlane, name: str, *, images: list[list[str]] | Non
     return core.read_node(name).to_dict()
 
 
+def new_namespace(plane: ControlPlane, labels: dict | None = None, *, rollout_scripts: bool = False) -> str:
+    """A namespace of a fresh name with `labels`; with `rollout_scripts`, the ConfigMap
+    agent-lightning's SWE-smith template mounts beside the image."""
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    core = plane.core()
+    core.create_namespace({"metadata": {"name": name, "labels": labels or {}}})
+    if rollout_scripts:
+        core.create_namespaced_config_map(name, {"metadata": {"name": "swe-smith-agent-scripts"},
+                                                 "data": {"smith_agent.py": "print('rollout')\n"}})
+    return name
+
+
 def delete_namespaces(plane: ControlPlane, namespaces: list[str]) -> None:
     """A test's namespaces, with their Jobs and Pods gone at once (no kubelet would end the Pods)."""
     core = plane.core()

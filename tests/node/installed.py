@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,8 @@ from kubernetes.client.rest import ApiException
 
 from tests.agent_lightning import EXAMPLE, TEMPLATE
 from tests.chart import AGENT_NAMESPACE, NAMESPACE, RELEASE
-from tests.controlplane.cluster import ControlPlane, create_node, wait_for
+from tests.builders import ENFORCE_LABEL
+from tests.controlplane.cluster import ControlPlane, create_node, new_namespace, wait_for
 from tests.needs import record_figures
 from tests.node import quickstart
 from tests.node.real_node import RealNode
@@ -90,10 +90,7 @@ class Installed:
         return f"{self.core.read_namespaced_service('image-preflight', NAMESPACE).spec.cluster_ip}:443"
 
     def namespace(self) -> str:
-        name = f"rn-{uuid.uuid4().hex[:8]}"
-        self.core.create_namespace({"metadata": {"name": name, "labels": {"image-preflight.io/enforce": "true"}}})
-        self.core.create_namespaced_config_map(name, {"metadata": {"name": "swe-smith-agent-scripts"},
-                                                      "data": {"smith_agent.py": "print('rollout')\n"}})
+        name = new_namespace(self.plane, ENFORCE_LABEL, rollout_scripts=True)
         self.namespaces.append(name)
         return name
 
