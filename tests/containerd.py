@@ -346,9 +346,10 @@ def _address(sock: str) -> str:
     return sock.removeprefix("unix://")
 
 
-def ctr(sock: str, *args: str) -> str:
-    """Runs `ctr -a SOCK -n k8s.io ARGS...`; returns stdout, raises with stderr on failure."""
-    cmd = ["ctr", "-a", _address(sock), "-n", NAMESPACE, *args]
+def ctr(sock: str, *args: str, client: str = "ctr") -> str:
+    """Runs `ctr -a SOCK -n k8s.io ARGS...` (`client`: the ctr of the daemon's own release,
+    Containerd.ctr); returns stdout, raises with stderr on failure."""
+    cmd = [client, "-a", _address(sock), "-n", NAMESPACE, *args]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise ContainerdError(
@@ -358,10 +359,10 @@ def ctr(sock: str, *args: str) -> str:
     return done.stdout
 
 
-def import_image(sock: str, archive: str | os.PathLike[str], *, unpack: bool = True) -> None:
+def import_image(sock: str, archive: str | os.PathLike[str], *, unpack: bool = True, client: str = "ctr") -> None:
     """Imports every image in the archive; `unpack=False` skips creating snapshots,
     which CRI's image list does not need."""
-    ctr(sock, "images", "import", *(() if unpack else ("--no-unpack",)), os.fspath(archive))
+    ctr(sock, "images", "import", *(() if unpack else ("--no-unpack",)), os.fspath(archive), client=client)
 
 
 def tag(sock: str, src: str, *dsts: str) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.controlplane.cluster import terminate
+from tests.containerd import Containerd, ctr, import_image
 from tests.needs import record_figures, unavailable
 from tests.node.real_node import mounts_under
 
@@ -52,28 +52,6 @@ REF_NAME = "org.opencontainers.image.ref.name"  # ctr names an imported image by
 BUILD_DEADLINE_S = 900.0
 STEP_DEADLINE_S = 300.0
 RUN_DEADLINE_S = 120.0
-CONTAINERD_START_S = 30.0
-
-_CONTAINERD_CONFIG = """\
-version = 2
-root = "{dir}/root"
-state = "{dir}/state"
-# Only ctr's image store is needed; CRI would look for CNI and the host's /opt.
-disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.images", "io.containerd.cri.v1.runtime",
-                    "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-                    "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.zfs"]
-
-[grpc]
-  address = "{dir}/c.sock"
-
-[ttrpc]
-  address = "{dir}/c.sock.ttrpc"
-
-[plugins]
-  [plugins."io.containerd.internal.v1.opt"]
-    path = "{dir}/opt"
-"""
-
 
 class ImageBuildError(Exception):
     pass
@@ -260,40 +238,15 @@ def run_in_image(image: BuiltImage, args: Sequence[str], *, uid: int = 10001, gi
         shutil.rmtree(bundle, ignore_errors=True)
 
 
-def ctr_import(archive: Path, containerd: str, ctr: str) -> tuple[str, list[str]]:
-    """`ctr -n k8s.io images import ARCHIVE` into a containerd of its own (root, state and socket in a
-    temporary folder, stopped and removed after); returns containerd's version and the names it lists."""
-    folder = Path(tempfile.mkdtemp(prefix="ipfi-", dir="/tmp"))  # short: AF_UNIX paths
-    (folder / "config.toml").write_text(_CONTAINERD_CONFIG.format(dir=folder))
-    sock = str(folder / "c.sock")
-    log = (folder / "containerd.log").open("wb")
-    proc = subprocess.Popen([containerd, "--config", str(folder / "config.toml")], stdin=subprocess.DEVNULL,
-                            stdout=log, stderr=subprocess.STDOUT)
-
-    def call(*args: str, timeout: float = STEP_DEADLINE_S) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([ctr, "-a", sock, *args], capture_output=True, text=True, timeout=timeout, check=False)
-
-    try:
-        deadline = time.monotonic() + CONTAINERD_START_S
-        while not (os.path.exists(sock) and (version := call("version", timeout=5)).returncode == 0):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise ImageBuildError(f"{containerd} did not start (status {proc.poll()}); log {folder}/containerd.log")
-            time.sleep(0.1)
-        server = version.stdout.split("Server:", 1)[-1].split()
-        server_version = server[server.index("Version:") + 1] if "Version:" in server else "unknown"
-        done = call("-n", "k8s.io", "images", "import", str(archive))
-        if done.returncode != 0:
-            raise ImageBuildError(f"{ctr} images import failed ({done.returncode}): {_last_line(done.stderr)}")
-        listed = call("-n", "k8s.io", "images", "ls", "-q")
-        if listed.returncode != 0:
-            raise ImageBuildError(f"{ctr} images ls failed ({listed.returncode}): {_last_line(listed.stderr)}")
-        return server_version, listed.stdout.split()
-    finally:
-        terminate(proc)
-        log.close()
-        for point in sorted(mounts_under([str(folder)]), reverse=True):
-            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
-        shutil.rmtree(folder, ignore_errors=True)
+def ctr_import(archive: Path, containerd: str | None = None) -> tuple[str, list[str]]:
+    """`ctr -n k8s.io images import ARCHIVE` into a containerd of its own (tests/containerd.py;
+    `containerd`: a 2.x binary, else Debian's), unpacked as on a node; returns containerd's version
+    and the names it lists."""
+    with Containerd(binary=containerd, base_dir="/tmp") as runtime:
+        server = ctr(runtime.socket, "version", client=runtime.ctr).split("Server:", 1)[-1].split()
+        version = server[server.index("Version:") + 1] if "Version:" in server else "unknown"
+        import_image(runtime.socket, archive, client=runtime.ctr)
+        return version, ctr(runtime.socket, "images", "ls", "-q", client=runtime.ctr).split()
 
 
 def cleanup(workdir: Path) -> None:
