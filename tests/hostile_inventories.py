@@ -13,7 +13,9 @@ from pathlib import Path
 from image_preflight.api import decide
 from image_preflight.core.decide.inventory import Inventory
 from image_preflight.files.atomic import write_atomic
-from tests.builders import NOW, cri_image, docker_line, kube_node, node_list, pod_spec, runtime, sha, status_image
+from tests.builders.inventories import NOW
+from tests.builders.nodes import cri_image, docker_line, kube_node, node_list, runtime, sha, status_image
+from tests.builders.reviews import pod_spec
 
 
 ALPHA = "docker.io/library/alpha:v1"

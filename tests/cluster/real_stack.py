@@ -14,7 +14,8 @@ from kubernetes.client.rest import ApiException
 
 from image_preflight.core.watchdog import job_failure
 from tests.agent_lightning import TEMPLATE, build_job_spec, example_row
-from tests.builders import ENFORCE_LABEL, example_row_id
+from tests.builders.rows import example_row_id
+from tests.builders.stalls import ENFORCE_LABEL
 from tests.chart import apply
 from tests.cluster.watchdog_process import Watchdog
 from tests.controlplane.cluster import new_namespace, terminate, wait_for

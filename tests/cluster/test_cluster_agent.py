@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
@@ -25,8 +26,9 @@ from image_preflight.cli import main
 from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time
 from tests.agent_cluster import ALPHA, DEADLINE_S, SWE, import_images, wait_listed, wait_until
 from tests.agent_helpers import SAMPLE, T0, names_by_id, printed
-from tests.builders import ROOT
 from tests.containerd import SANDBOX_IMAGE as SANDBOX, remove, tag
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Clock:

@@ -17,7 +17,7 @@ from kubernetes.client.rest import ApiException
 from tests.agent_lightning import JOB_NAME_PREFIX, MANAGED_BY, TEMPLATE, build_job_spec, example_row, fails_at_once
 from tests.controlplane.cluster import create_node, delete_namespaces, new_namespace, set_node_images, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, containerd_names
+from tests.builders.stalls import DENIED_PREFIX, ENFORCE_LABEL, containerd_names
 from tests.chart import API_ONLY, apply, merged, secret_values
 from tests.cluster.kube_calls import kr8s_create
 from image_preflight.kube.status import status_of

@@ -14,7 +14,8 @@ import kubernetes
 import pytest
 import yaml
 
-from tests.builders import EXAMPLES, UNINSTALLABLE_GROUPS, api_group
+from tests.builders.chart_objects import UNINSTALLABLE_GROUPS, api_group
+from tests.builders.reviews import EXAMPLES
 from tests.chart import CASES, CHART, NAMESPACE, helm_binary, render
 
 

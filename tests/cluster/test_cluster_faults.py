@@ -17,7 +17,7 @@ import pytest
 
 from tests.controlplane.cluster import create_node, running_control_plane, set_node_images, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.builders import containerd_names
+from tests.builders.stalls import containerd_names
 from tests.chart import API_ONLY, apply, merged, secret_values
 
 GROUP = {"key": "image-preflight.test/group", "value": "faults", "effect": "NoSchedule"}

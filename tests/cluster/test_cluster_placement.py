@@ -13,7 +13,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.controlplane.cluster import create_node, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, containerd_names
+from tests.builders.stalls import DENIED_PREFIX, ENFORCE_LABEL, containerd_names
 from tests.controlplane.cluster import new_namespace
 from image_preflight.core.decide.decision import ALLOW, DENY, decide
 from image_preflight.core.decide.runtime_classes import runtime_class_from_object

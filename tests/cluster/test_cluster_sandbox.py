@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client as k8s
 
 from image_preflight.core.watchdog import job_failure
-from tests.builders import ENFORCE_LABEL, SANDBOX_MESSAGES, failed_condition, job_manifest
+from tests.builders.stalls import ENFORCE_LABEL, SANDBOX_MESSAGES, failed_condition, job_manifest
 from tests.cluster.watchdog_process import BOUND_S, FakeKubelet, GRACE_S, Watchdog
 from tests.controlplane.cluster import create_node, delete_namespaces, new_namespace, wait_for
 

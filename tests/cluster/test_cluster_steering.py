@@ -17,7 +17,7 @@ from kubernetes.client.rest import ApiException
 from image_preflight.core.admission.steering import STEERED_TO
 from tests.controlplane.cluster import create_node, delete_namespaces, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, containerd_names, job_manifest
+from tests.builders.stalls import DENIED_PREFIX, ENFORCE_LABEL, containerd_names, job_manifest
 from tests.chart import API_ONLY, apply, merged, secret_values
 from tests.controlplane.cluster import new_namespace
 

@@ -32,7 +32,7 @@ from image_preflight.kube.client import api_client
 from image_preflight.watchdog.actions import Actions
 from tests.controlplane.cluster import create_node, delete_namespaces, new_namespace, set_node_images, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, containerd_names, failed_condition, job_manifest
+from tests.builders.stalls import DENIED_PREFIX, ENFORCE_LABEL, containerd_names, failed_condition, job_manifest
 from tests.chart import render
 from tests.cluster.watchdog_process import BOUND_S, FakeKubelet, GRACE_S, Watchdog
 

@@ -15,7 +15,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.controlplane.cluster import KUBELET_PORT, create_node, new_namespace, wait_for
 from tests.controlplane.webhook import ServedWebhook
-from tests.builders import DENIED_PREFIX, ENFORCE_LABEL, WEBHOOK, containerd_names, job_manifest
+from tests.builders.stalls import DENIED_PREFIX, ENFORCE_LABEL, WEBHOOK, containerd_names, job_manifest
 from tests.chart import API_ONLY, apply, merged, secret_values
 from image_preflight.kube.status import status_of
 from image_preflight.core.decide.scheduling import NodeTraits, PodPlacement, unschedulable_reason

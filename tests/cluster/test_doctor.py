@@ -14,7 +14,7 @@ import time
 import pytest
 from kubernetes import client as k8s
 
-from tests.builders import ENFORCE_LABEL
+from tests.builders.stalls import ENFORCE_LABEL
 from tests.controlplane.cluster import (
     create_node,
     kubelet_configz,

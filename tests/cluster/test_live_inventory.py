@@ -12,7 +12,8 @@ import pytest
 
 from tests.controlplane.cluster import PARKED, set_node_images
 from tests.fake_apiserver import write_kubeconfig
-from tests.builders import ABSENT, EXAMPLE_NODES, HELD, NOW, missing_job_review, pod_spec, review, workload
+from tests.builders.inventories import NOW
+from tests.builders.reviews import ABSENT, EXAMPLE_NODES, HELD, missing_job_review, pod_spec, review, workload
 from tests.serving import wait_until
 from image_preflight.core.admission.body import parse_review
 from image_preflight.core.admission.review import admit

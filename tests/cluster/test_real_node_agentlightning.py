@@ -25,7 +25,8 @@ from tests.controlplane.cluster import free_port, terminate, wait_for
 from tests.needs import record_figures
 from tests.chart import merged
 from tests.cluster.real_stack import ABSENT, DENIED, GRACE_S, HELD, apply_without_pods
-from tests.builders import ENFORCE_LABEL, example_row_id
+from tests.builders.rows import example_row_id
+from tests.builders.stalls import ENFORCE_LABEL
 
 KEY = "dummy"  # run.sh's AGL_KEY default
 POLL_S = 5.0  # agl-controller's k8s_runner.poll_interval default, as run.sh leaves it

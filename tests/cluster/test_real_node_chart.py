@@ -27,7 +27,7 @@ from kubernetes import client as k8s
 
 from image_preflight.core.watchdog import job_failure
 from tests.agent_lightning import TEMPLATE, build_job_spec, example_row
-from tests.builders import example_row_id
+from tests.builders.rows import example_row_id
 from tests.chart import AGENT_NAMESPACE, NAMESPACE
 from tests.controlplane.cluster import kubeconfig_document, wait_for, write_kubeconfig
 from tests.needs import record_figures

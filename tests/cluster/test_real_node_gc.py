@@ -28,7 +28,7 @@ from tests.needs import record_figures
 from tests.node.images import PAUSE_NAME, swe_smith_image
 from tests.node.real_node import NODE_NAME
 from tests.cluster.real_stack import delete_node_images, doctor, job_name, node_images, running_agent, stuck_job_fails
-from tests.builders import example_row_id
+from tests.builders.rows import example_row_id
 
 SOURCE = f"{NEEDED_NAMESPACE}/{NEEDED_NAME}"
 RUN = uuid.uuid4().hex

@@ -15,7 +15,8 @@ from image_preflight.core.admission.settings import AUDIT, ENFORCE, WARN, Settin
 from image_preflight.core.decide.inventory import Inventory, NodeImages
 from image_preflight.core.decide.scheduling import NodeTraits, Taint
 from tests.agent_lightning import fails_at_once
-from tests.builders import ABSENT, HELD, NOW, RESOURCES, node, pod_spec, review, workload
+from tests.builders.inventories import NOW, node
+from tests.builders.reviews import ABSENT, HELD, RESOURCES, pod_spec, review, workload
 
 WEBHOOK_NAME = "image-preflight.image-preflight.io"
 GPU_TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")

@@ -8,7 +8,8 @@ import copy
 
 import pytest
 
-from tests.builders import ABSENT, HELD, NOW, inv, node
+from tests.builders.inventories import NOW, inv, node
+from tests.builders.reviews import ABSENT, HELD
 from image_preflight.core.admission.scope import in_scope
 from image_preflight.core.decide.decision import decide
 from image_preflight.core.decide.memory import key_of

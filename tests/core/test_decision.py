@@ -2,20 +2,8 @@ import json
 
 import pytest
 
-from tests.builders import (
-    NOW,
-    PAUSE,
-    PYTHON,
-    SWE,
-    cri_image,
-    inv,
-    kube_node,
-    node,
-    node_list,
-    pod,
-    runtime,
-    status_image,
-)
+from tests.builders.inventories import NOW, SWE, inv, node, pod
+from tests.builders.nodes import PAUSE, PYTHON, cri_image, kube_node, node_list, runtime, status_image
 from image_preflight.core.decide.decision import (
     ALLOW,
     DENY,

@@ -15,7 +15,8 @@ from image_preflight.core.sources.snapshots import SnapshotError, load_snapshot
 from image_preflight.errors import InputError
 from image_preflight.files.inventory import load_inventory_file
 from image_preflight.files.poll import Poller
-from tests.builders import NOW, kube_node, status_image
+from tests.builders.inventories import NOW
+from tests.builders.nodes import kube_node, status_image
 from tests.hostile_inventories import HOSTILE, hostile_texts, write
 from tests.serving import wait_until
 

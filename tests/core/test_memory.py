@@ -2,7 +2,7 @@
 
 import math
 
-from tests.builders import NOW, SWE, inv, node
+from tests.builders.inventories import NOW, SWE, inv, node
 from image_preflight.core.decide import memory
 from image_preflight.core.decide.decision import decide, eligible_nodes
 from image_preflight.core.decide.memory import Memory

@@ -18,16 +18,7 @@ from image_preflight.core.watchdog.pull_failures import (
     webhook_denial,
 )
 from image_preflight.core.watchdog.stalls import Stalls
-from tests.builders import (
-    JOB_OWNER,
-    NS,
-    SANDBOX_MESSAGES,
-    WEBHOOKS,
-    failed_create,
-    sandbox_event,
-    unstarted,
-    waiting_pod as pod,
-)
+from tests.builders.stalls import JOB_OWNER, NS, SANDBOX_MESSAGES, WEBHOOKS, failed_create, sandbox_event, unstarted, waiting_pod as pod
 
 
 # --- which containers are stuck (pkg/kubelet/images/types.go reasons) ------------------------------

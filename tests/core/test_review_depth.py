@@ -13,7 +13,7 @@ from image_preflight.core.admission.body import MAX_DEPTH, BadReview, parse_revi
 from image_preflight.core.admission.review import admit
 from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.inventory import Inventory
-from tests.builders import FIELDS, NEAR_THE_PARSER_LIMIT, POD_FIELDS, SHOWN, SHOWN_IN_JOBS, body
+from tests.builders.deep_reviews import FIELDS, NEAR_THE_PARSER_LIMIT, POD_FIELDS, SHOWN, SHOWN_IN_JOBS, body
 
 orjson = pytest.importorskip("orjson", reason="the webhook's parser, of the webhook extra")
 

@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from tests.builders import NOW, SWE, inv, kube_node, node
+from tests.builders.inventories import NOW, SWE, inv, node
+from tests.builders.nodes import kube_node
 from image_preflight.core.admission.review import admit
 from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.decision import ALLOW, DENY, NO_ELIGIBLE_NODE, UNKNOWN, decide

@@ -27,7 +27,7 @@ from image_preflight.core.decide.decision import (
 )
 from image_preflight.core.decide.inventory import Inventory, NodeImages
 from image_preflight.core.decide.scheduling import Taint
-from tests.builders import node, pod
+from tests.builders.inventories import node, pod
 
 NOW = 1_796_000_000.0
 PAUSE = "registry.k8s.io/pause:3.10.1"

@@ -13,7 +13,7 @@ from image_preflight.core.decide.scheduling import (
     Toleration,
     unschedulable_reason,
 )
-from tests.builders import kube_node, status_image
+from tests.builders.nodes import kube_node, status_image
 
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
 TERMS_PATH = f"spec.affinity.nodeAffinity.{REQUIRED}.nodeSelectorTerms"

@@ -16,19 +16,7 @@ from image_preflight.core.sources.runtime_lists import (
 )
 from image_preflight.core.decide.scheduling import NodeTraits, SchedulingSpecError, Taint
 from image_preflight.core.sources.snapshots import SnapshotError, load_snapshot
-from tests.builders import (
-    OBSERVED,
-    PAUSE,
-    PYTHON,
-    RUNTIME_IMAGES,
-    cri_image,
-    docker_line,
-    kube_node,
-    node_list,
-    runtime,
-    sha,
-    status_image,
-)
+from tests.builders.nodes import OBSERVED, PAUSE, PYTHON, RUNTIME_IMAGES, cri_image, docker_line, kube_node, node_list, runtime, sha, status_image
 
 
 # --- realistic fixtures ----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.decision import ALLOW, DENY, REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE, UNKNOWN, decide
 from image_preflight.core.admission.mutation import steer
 from image_preflight.core.decide.scheduling import Taint
-from tests.builders import inv, node, pod
+from tests.builders.inventories import inv, node, pod
 
 IMAGE = "swe/task:openai"
 OTHER = "swe/other:openai"

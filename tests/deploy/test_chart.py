@@ -35,14 +35,15 @@ from image_preflight.files.inventory import load_inventory_file
 from image_preflight.core.decide.workloads import pod_spec_of
 from tests.agent_lightning import build_job_spec, example_row
 from tests.needs import unavailable
-from tests.builders import CERT_MANAGER, EXAMPLES, MONITORING, api_group
+from tests.builders.chart_objects import CERT_MANAGER, MONITORING, api_group
+from tests.builders.reviews import EXAMPLES
 from tests.chart import AGENT_NAMESPACE, CASES, CHART, NAMESPACE, SERVICE, case_file, helm_binary, template
 
 ROOT = Path(__file__).resolve().parents[2]
 WEBHOOK = "validate.image-preflight.io"
 K8S_VERSION = latest_version()
 # Custom resources have no schema in kubernetes-validate; every such group needs a line here
-# (CERT_MANAGER's, from tests/builders.py, is checked by cert_manager_problems() below).
+# (CERT_MANAGER's, from tests/builders/chart_objects.py, is checked by cert_manager_problems() below).
 UNVALIDATED_GROUPS = {"image-preflight.io": "the node agent's own resources; their CRD is validated"}
 CLUSTER_SCOPED = {
     "Namespace", "ClusterRole", "ClusterRoleBinding", "ValidatingWebhookConfiguration",

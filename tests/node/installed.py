@@ -25,7 +25,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.agent_lightning import EXAMPLE, TEMPLATE
 from tests.chart import AGENT_NAMESPACE, NAMESPACE, RELEASE
-from tests.builders import ENFORCE_LABEL
+from tests.builders.stalls import ENFORCE_LABEL
 from tests.controlplane.cluster import ControlPlane, create_node, new_namespace, wait_for
 from tests.needs import record_figures
 from tests.node import quickstart

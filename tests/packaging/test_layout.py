@@ -39,7 +39,7 @@ def test_no_test_module_imports_another_or_a_conftest():
     offenders = [f"{path.relative_to(ROOT)}:{line}: {name}"
                  for path in sorted(TESTS.rglob("*.py"))
                  for line, name in imported_modules(path) if is_test_module(name)]
-    assert offenders == [], "builders go to tests/builders.py, fixtures to a conftest.py:\n" + "\n".join(offenders)
+    assert offenders == [], "builders go to tests/builders/, fixtures to a conftest.py:\n" + "\n".join(offenders)
 
 
 def test_an_import_of_a_test_module_is_found_at_any_depth(tmp_path):

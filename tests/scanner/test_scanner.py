@@ -14,7 +14,8 @@ from image_preflight import load_inventory
 from image_preflight.scanner import filter_rows
 from image_preflight.scanner.judge import DROP_REASONS
 from image_preflight.core.decide.inventory import Inventory, NodeImages
-from tests.builders import SWE_TEMPLATE, kube_node, library_images
+from tests.builders.nodes import kube_node, library_images
+from tests.builders.rows import SWE_TEMPLATE
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "swe-smith"
@@ -715,7 +716,7 @@ def test_a_row_lacking_a_text_only_field_is_kept_and_counted_as_agent_lightning_
     """agentlightning/controller/k8s_reconciler.py, build_job_spec: a plain jinja2.Environment
     prints a missing `problem_statement` as "" and the Job runs; a missing `image_name` gives the
     image ":openai", which never runs."""
-    from tests.builders import controller_render
+    from tests.builders.rows import controller_render
 
     template = AGL_TEMPLATE.read_text()
     rows = [{"instance_id": "a", "image_name": "good", "problem_statement": "fix it"},

@@ -10,7 +10,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from tests.builders import kube_node, library_images
+from tests.builders.nodes import kube_node, library_images
 from tests.fake_apiserver import FakeApiServer
 from tests.node_watch_helpers import RecordingSink, Running, Watchers, wait_until
 

@@ -18,7 +18,8 @@ from image_preflight.kube.watch import ResourceWatcher
 from image_preflight.webhook.live_inventory import LiveInventory
 from image_preflight.watchdog.metrics import Metrics
 from image_preflight.watchdog.runner import Watchdog
-from tests.builders import NS, OBSERVED, PYTHON, WEBHOOKS, failed_create, kube_node, runtime, waiting_pod
+from tests.builders.nodes import OBSERVED, PYTHON, kube_node, runtime
+from tests.builders.stalls import NS, WEBHOOKS, failed_create, waiting_pod
 
 
 def once(*items: dict):

@@ -13,7 +13,7 @@ from image_preflight.core.watchdog.stalls import Stalls
 from image_preflight.watchdog.actions import Handled
 from image_preflight.watchdog.metrics import Metrics
 from image_preflight.watchdog.runner import RETRY_S, Watchdog
-from tests.builders import NS, WEBHOOKS, failed_create, waiting_pod as pod
+from tests.builders.stalls import NS, WEBHOOKS, failed_create, waiting_pod as pod
 
 
 class Clock:
@@ -116,7 +116,7 @@ def test_the_loop_wakes_when_a_namespace_opts_in_and_stops_when_asked():
 
 
 def test_a_pod_whose_node_lacks_its_sandbox_image_is_acted_on_after_the_grace_and_counted(caplog):
-    from tests.builders import sandbox_event, unstarted
+    from tests.builders.stalls import sandbox_event, unstarted
 
     clock, actions, metrics = Clock(), Recorder(), Metrics()
     dog = watchdog(actions, clock, metrics)
@@ -138,7 +138,7 @@ def test_a_pod_whose_node_lacks_its_sandbox_image_is_acted_on_after_the_grace_an
 
 
 def test_a_relist_of_the_sandbox_watch_without_the_report_forgets_it():
-    from tests.builders import sandbox_event, unstarted
+    from tests.builders.stalls import sandbox_event, unstarted
 
     clock, actions = Clock(), Recorder()
     dog = watchdog(actions, clock)

@@ -9,7 +9,8 @@ import logging
 import pytest
 
 from image_preflight.core.admission.body import MAX_DEPTH
-from tests.builders import EXAMPLE_NODES, FIELDS, NEAR_THE_PARSER_LIMIT, POD_FIELDS, SHOWN, body
+from tests.builders.deep_reviews import FIELDS, NEAR_THE_PARSER_LIMIT, POD_FIELDS, SHOWN, body
+from tests.builders.reviews import EXAMPLE_NODES
 from tests.serving import HOST, serving_webhooks
 
 

@@ -11,17 +11,9 @@ import random
 
 from image_preflight.webhook import live_inventory
 from image_preflight.webhook.live_inventory import FileInventory, LiveInventory
-from tests.builders import (
-    ABSENT,
-    EXAMPLE_NODES,
-    NOW,
-    cri_image,
-    kube_node,
-    missing_job_review,
-    runtime,
-    sha,
-    status_image,
-)
+from tests.builders.inventories import NOW
+from tests.builders.nodes import cri_image, kube_node, runtime, sha, status_image
+from tests.builders.reviews import ABSENT, EXAMPLE_NODES, missing_job_review
 from tests.hostile_inventories import ALPHA, BETA, GVISOR, HOSTILE, SEED_NODE, holding, mutate, outcome, set_in, write
 from tests.serving import wait_until
 

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.builders import EXAMPLE_NODES, missing_job_review, pod_spec, review, three_nodes, workload
+from tests.builders.reviews import EXAMPLE_NODES, missing_job_review, pod_spec, review, three_nodes, workload
 from tests.serving import HOST, Webhook, client_context
 from image_preflight.core.decide.decision import MISSING, Decision, ImageVerdict
 from image_preflight.core.admission.messages import MAX_MESSAGE, denial_message

@@ -24,7 +24,7 @@ from image_preflight.certs.store import CertRequest, certificate_pem, ensure_cer
 from image_preflight.files.atomic import write_atomic
 from image_preflight.errors import InputError, UnavailableError
 from tests.agent_lightning import fails_at_once
-from tests.builders import ABSENT, EXAMPLE_NODES, missing_job_review, pod_spec, review, three_nodes, workload
+from tests.builders.reviews import ABSENT, EXAMPLE_NODES, missing_job_review, pod_spec, review, three_nodes, workload
 from image_preflight.core.admission.settings import Settings
 from image_preflight.webhook.app import WebhookState, create_app, parse_timeout
 from image_preflight.webhook.command import build_server

@@ -21,7 +21,7 @@ from image_preflight.errors import InputError
 from image_preflight.webhook import app
 from image_preflight.webhook.app import parse_timeout
 from image_preflight.webhook.command import build_server
-from tests.builders import EXAMPLE_NODES, missing_job_review
+from tests.builders.reviews import EXAMPLE_NODES, missing_job_review
 from tests.serving import HOST, ServiceConnection, client_context, issue_certificates, serve_args
 
 
