@@ -21,7 +21,6 @@ the text alone, never on an inventory.
 from __future__ import annotations
 
 import bisect
-import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
@@ -32,7 +31,7 @@ from image_preflight.core.decide.workloads import deciding_fields
 PLACEMENTS = 1024  # distinct placements remembered per inventory
 PLACEMENT_CHARACTERS = 4096  # ... each of at most this many characters: they stay under ~8 MiB
 DECISIONS = 4096  # decisions remembered per inventory
-KEY_CHARACTERS = 4096  # a spec whose deciding fields' JSON is longer is decided every time
+KEY_CHARACTERS = 4096  # a spec whose deciding fields' repr is longer is decided every time
 
 T = TypeVar("T")
 
@@ -63,7 +62,7 @@ class Memory:
         """What decide() gives for `spec`, remembered while it holds (see the module's doc)."""
         try:
             key = key_of(spec, kind, require, now is None)
-        except (TypeError, ValueError, RecursionError):  # a value JSON cannot hold: decide it afresh
+        except (TypeError, ValueError, RecursionError):  # too deep to write out: decide it afresh
             key = None
         if key is None:
             return decide()
@@ -99,16 +98,12 @@ def _characters(placement: PodPlacement) -> int:
 
 
 def key_of(spec: Mapping, kind: str, require: str, timeless: bool) -> tuple | None:
-    """The key for `spec`: its deciding fields (workloads.deciding_fields) as canonical JSON; None
-    when it is not worth or not safe to remember (not a dict, a value JSON cannot hold, too long):
-    then it is simply decided."""
+    """The key for `spec`: the repr of its deciding fields (workloads.deciding_fields), or None when
+    it is not worth or not safe to remember (not a dict, too long): then it is simply decided.
+    Values that differ, in type or value, differ in repr; the same fields written in another order
+    only miss (the apiserver writes a spec's fields in one order). repr, not canonical JSON: a
+    third of the time, on every review."""
     if type(spec) is not dict:
         return None
-    text = _text(deciding_fields(spec))
+    text = repr(deciding_fields(spec))
     return None if len(text) > KEY_CHARACTERS else (kind, require, timeless, text)
-
-
-def _text(value: object) -> str:
-    # Canonical JSON: equal values, equal text. NaN and friends are refused with the rest.
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
