@@ -2,9 +2,10 @@
 
     python benchmarks/webhook_breakdown.py [--number 20000]
 
-The review of benchmarks/webhook_load.py (a 5.2 KB rollout Job) against the example inventory:
-orjson's parse, the decision (admit), the answer's encode, and the whole /validate endpoint as
-an ASGI call under uvloop (decision line and metrics included, the line written to a buffer).
+The review of benchmarks/webhook_load.py (a 5.2 KB rollout Job) against the example inventory,
+and with a nodeSelector and a toleration against its five nodes of 1,253 images: orjson's parse,
+the decision (admit), the answer's encode, and the whole /validate endpoint as an ASGI call under
+uvloop (decision line and metrics included, the line written to a buffer).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import asyncio
 import io
 import sys
+import tempfile
 import timeit
 from pathlib import Path
 
@@ -22,11 +24,11 @@ import uvloop
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.webhook_load import EXAMPLE_NODES, review_body  # noqa: E402
+from benchmarks.webhook_load import EXAMPLE_NODES, multi_node_inventory, review_body, scheduled_review_body  # noqa: E402,E501
 from image_preflight.core.admission.body import parse_review  # noqa: E402
 from image_preflight.core.admission.review import admit  # noqa: E402
 from image_preflight.core.admission.settings import Settings  # noqa: E402
-from image_preflight.files.inventory import load_inventory_file  # noqa: E402
+from image_preflight.files.inventory import DEFAULT_MAX_IMAGES, load_inventory_file  # noqa: E402
 from image_preflight.webhook.app import WebhookState, _dumps, create_app  # noqa: E402
 from image_preflight.webhook.metrics import Metrics  # noqa: E402
 
@@ -55,8 +57,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--number", type=int, default=20_000)
     args = parser.parse_args()
-    inventory = load_inventory_file(EXAMPLE_NODES)
-    body = review_body()
+    uvloop.install()
+    with tempfile.TemporaryDirectory() as tmp:
+        images = multi_node_inventory(Path(tmp) / "nodes.json")
+        cases = (("the example", EXAMPLE_NODES, review_body(), DEFAULT_MAX_IMAGES),
+                 (f"5 nodes, {images:,} images, nodeSelector and toleration", Path(tmp) / "nodes.json",
+                  scheduled_review_body(), -1))
+        for label, path, body, max_images in cases:
+            inventory = load_inventory_file(path, max_images=max_images)
+            print(f"{label}:")
+            breakdown(inventory, body, args.number)
+
+
+def breakdown(inventory, body: bytes, number: int) -> None:
     review = parse_review(body, loads=orjson.loads)
     settings = Settings()  # as serve: built once
     answer = admit(review, inventory, settings, now=1.0)
@@ -68,12 +81,10 @@ def main() -> None:
     for name, call in (("parse (orjson)", lambda: orjson.loads(body)),
                        ("decision (admit)", lambda: admit(review, inventory, settings, now=1.0)),
                        ("encode the answer", lambda: _dumps(answer.review))):
-        print(f"{name:28s} {timeit.timeit(call, number=args.number) / args.number * 1e6:7.2f} µs")
-    uvloop.install()
+        print(f"  {name:28s} {timeit.timeit(call, number=number) / number * 1e6:7.2f} µs")
     asyncio.run(endpoint_seconds(app, "/validate", body, 1000, sink))
-    seconds = asyncio.run(endpoint_seconds(app, "/validate", body, args.number, sink))
-    print(f"{'whole /validate endpoint':28s} {seconds * 1e6:7.2f} µs")
-
+    seconds = asyncio.run(endpoint_seconds(app, "/validate", body, number, sink))
+    print(f"  {'whole /validate endpoint':28s} {seconds * 1e6:7.2f} µs")
 
 if __name__ == "__main__":
     main()

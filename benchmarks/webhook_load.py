@@ -1,16 +1,20 @@
 """Webhook throughput and latency over TLS with keep-alive, against a bare baseline.
 
     apt-get install wrk   # the load generator
-    python benchmarks/webhook_load.py [--seconds 10] [--connections 16] [--rate 2000] [--slow 200]
+    python benchmarks/webhook_load.py [--seconds 10] [--connections 16] [--rate 2000] [--slow 200] [--fastapi]
 
 Measured in the same run, alternating so that drift on a shared machine hits both alike:
 - throughput (wrk, keep-alive, POST of a realistic Job review: 40 env vars, an image the node
   holds) of `image-preflight serve` against a bare endpoint on the same stack (uvicorn with
   httptools and uvloop, the same TLS certificate) answering a canned AdmissionReview
-  (benchmarks/canned_webhook.py): target >= 0.5x;
+  (benchmarks/canned_webhook.py): target >= 0.5x. Twice: on the example's one-node inventory,
+  and on five nodes holding 1,253 images (three CPU nodes, two tainted GPU nodes; every list
+  complete, `--max-images -1`) with the review carrying a nodeSelector and a toleration;
 - p50/p99 at a paced `--rate` (wrk's per-request delay over 8 connections): target p99 <= 2 ms;
 - the same paced p99 while `--slow` clients trickle request headers a byte a second: target no
-  more than 2 ms above the p99 without them.
+  more than 2 ms above the p99 without them;
+- with `--fastapi`, the example's throughput again with the admission paths routed through
+  FastAPI (benchmarks/serve_through_fastapi.py), as webhook/app.py would without its dispatch.
 """
 
 from __future__ import annotations
@@ -56,6 +60,39 @@ def review_body() -> bytes:
     }).encode()
 
 
+HELD = "jyangballin/swesmith.x86_64.pandas-dev_1776_pandas.95280573:openai"
+
+
+def multi_node_inventory(path: Path) -> int:
+    """Five nodes, 250 other images each; the three CPU nodes hold HELD too, the two GPU nodes are
+    tainted. Returns the number of images listed."""
+    items = []
+    for n in range(5):
+        gpu = n >= 3
+        images = [{"names": [f"docker.io/jyangballin/swesmith.x86_64.repo{n}_{i}.{i:08x}:openai"],
+                   "sizeBytes": 1_000_000_000} for i in range(250)]
+        if not gpu:
+            images.append({"names": [f"docker.io/{HELD}"], "sizeBytes": 1_000_000_000})
+        items.append({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": f"node-{n}", "labels": {"pool": "gpu" if gpu else "cpu",
+                                                        "kubernetes.io/hostname": f"node-{n}"}},
+            "spec": {"taints": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}] if gpu else []},
+            "status": {"images": images, "conditions": [{"type": "Ready", "status": "True"}]},
+        })
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    return sum(len(item["status"]["images"]) for item in items)
+
+
+def scheduled_review_body() -> bytes:
+    """review_body() with the rollout pinned to the CPU pool, tolerating the GPU taint."""
+    review = json.loads(review_body())
+    spec = review["request"]["object"]["spec"]["template"]["spec"]
+    spec["nodeSelector"] = {"pool": "cpu"}
+    spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    return json.dumps(review).encode()
+
+
 def yaml_free_job() -> dict:
     """A rollout Job as the apiserver sends it: agent-lightning's template with 40 env vars, its
     image held by the example's CPU node."""
@@ -67,7 +104,7 @@ def yaml_free_job() -> dict:
         "spec": {"backoffLimit": 0, "template": {
             "metadata": {"labels": {"app": "agl-rollout"}},
             "spec": {"restartPolicy": "Never", "containers": [{
-                "name": "agent", "image": "jyangballin/swesmith.x86_64.pandas-dev_1776_pandas.95280573:openai",
+                "name": "agent", "image": HELD,
                 "imagePullPolicy": "IfNotPresent", "command": ["bash", "-lc", "python /agl/agents/smith_agent.py"],
                 "env": env, "resources": {"requests": {"cpu": "50m", "memory": "1Gi"}},
                 "terminationMessagePath": "/dev/termination-log", "terminationMessagePolicy": "File"}],
@@ -161,25 +198,35 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--rate", type=int, default=2000)
     parser.add_argument("--slow", type=int, default=200)
+    parser.add_argument("--fastapi", action="store_true", help="also serve /validate through FastAPI's router")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed (apt-get install wrk)")
-    body = review_body()
+    body, scheduled = review_body(), scheduled_review_body()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         ensure_certificates(work, CertRequest("image-preflight", "image-preflight"), datetime.now(timezone.utc))
         cert, key = work / "tls.crt", work / "tls.key"
-        serve_port, bare_port = free_port(), free_port()
-        serve = start([sys.executable, "-m", "image_preflight", "serve", "--tls-cert", str(cert), "--tls-key", str(key),
-                       "--inventory", str(EXAMPLE_NODES), "--host", "127.0.0.1", "--port", str(serve_port),
-                       "--metrics-port", "0", *EXTRA], serve_port)
+        images = multi_node_inventory(work / "nodes.json")
+        serve_port, multi_port, bare_port, fastapi_port = free_port(), free_port(), free_port(), free_port()
+        serve_command = [sys.executable, "-m", "image_preflight", "serve", "--tls-cert", str(cert), "--tls-key", str(key),
+                         "--host", "127.0.0.1", "--metrics-port", "0", *EXTRA]
+        serve = start([*serve_command, "--inventory", str(EXAMPLE_NODES), "--port", str(serve_port)], serve_port)
+        multi = start([*serve_command, "--inventory", str(work / "nodes.json"), "--max-images", "-1",
+                       "--port", str(multi_port)], multi_port)
         bare = start([sys.executable, str(ROOT / "benchmarks" / "canned_webhook.py"), "--port", str(bare_port),
                       "--tls-cert", str(cert), "--tls-key", str(key)], bare_port)
+        through = [start([sys.executable, str(ROOT / "benchmarks" / "serve_through_fastapi.py"), *serve_command[3:],
+                          "--inventory", str(EXAMPLE_NODES), "--port", str(fastapi_port)], fastapi_port)
+                   ] if args.fastapi else []
         try:
-            serve_rps, bare_rps, paced, paced_slow, slow_notes = [], [], [], [], []
+            serve_rps, multi_rps, bare_rps, fastapi_rps, paced, paced_slow, slow_notes = [], [], [], [], [], [], []
             for _ in range(2):
                 bare_rps.append(wrk_throughput(bare_port, body, args.seconds, args.connections, work))
                 serve_rps.append(wrk_throughput(serve_port, body, args.seconds, args.connections, work))
+                multi_rps.append(wrk_throughput(multi_port, scheduled, args.seconds, args.connections, work))
+                if through:
+                    fastapi_rps.append(wrk_throughput(fastapi_port, body, args.seconds, args.connections, work))
                 paced.append(wrk_paced(serve_port, body, args.seconds, args.rate, work))
                 slow = SlowClients(serve_port, args.slow)
                 try:
@@ -187,22 +234,25 @@ def main() -> None:
                 finally:
                     slow_notes.append(slow.stop())
         finally:
-            for process in (serve, bare):
+            for process in (serve, multi, bare, *through):
                 process.terminate()
                 process.wait(timeout=30)
-    s, b = statistics.mean(serve_rps), statistics.mean(bare_rps)
+    s, m, b = statistics.mean(serve_rps), statistics.mean(multi_rps), statistics.mean(bare_rps)
     p99 = max(p[2] for p in paced)
     p99_slow = max(p[2] for p in paced_slow)
     print(f"body: {len(body)} bytes (a Job with 40 env vars; the image held)")
     print(f"bare httptools+uvloop+TLS, canned : {b:8.0f} req/s  (wrk -t1 -c{args.connections}, {args.seconds} s x 2)")
-    print(f"image-preflight serve             : {s:8.0f} req/s")
-    print(f"ratio                             : {s / b:8.2f}  (target >= 0.5)")
+    print(f"image-preflight serve, example    : {s:8.0f} req/s  ratio {s / b:.2f}  (target >= 0.5)")
+    print(f"{f'serve, 5 nodes, {images:,} images':34s}: {m:8.0f} req/s  ratio {m / b:.2f}  (target >= 0.5; "
+          "nodeSelector and toleration in the review)")
+    if fastapi_rps:
+        f = statistics.mean(fastapi_rps)
+        print(f"{'serve, example, through FastAPI':34s}: {f:8.0f} req/s  ratio {f / b:.2f}")
     for label, runs in (("paced", paced), (f"paced, {args.slow} slow clients", paced_slow)):
         for rate, p50, p99_run in runs:
             print(f"{label:32s}: {rate:6.0f} req/s  p50 {p50:.2f} ms  p99 {p99_run:.2f} ms")
     print(f"paced p99, worse of 2             : {p99:.2f} ms  (target <= 2 ms)")
     print(f"slow clients add to the p99       : {p99_slow - p99:+.2f} ms  (target <= 2 ms)  [{'; '.join(slow_notes)}]")
-
 
 if __name__ == "__main__":
     main()

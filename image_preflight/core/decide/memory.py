@@ -101,8 +101,8 @@ def key_of(spec: Mapping, kind: str, require: str, timeless: bool) -> tuple | No
     """The key for `spec`: the repr of its deciding fields (workloads.deciding_fields), or None when
     it is not worth or not safe to remember (not a dict, too long): then it is simply decided.
     Values that differ, in type or value, differ in repr; the same fields written in another order
-    only miss (the apiserver writes a spec's fields in one order). repr, not canonical JSON: a
-    third of the time, on every review."""
+    only miss (the apiserver writes a spec's fields in one order). repr, not canonical JSON
+    (json.dumps with sorted keys): on every review, the longer of the two by a half."""
     if type(spec) is not dict:
         return None
     text = repr(deciding_fields(spec))
