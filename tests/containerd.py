@@ -56,6 +56,9 @@ disabled_plugins = [{disabled}]
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "{cni_bin}"
       conf_dir = "{cni_conf}"
+    # Nothing here pulls; should anything try, every registry host is a closed loopback port.
+    [plugins."io.containerd.grpc.v1.cri".registry]
+      config_path = "{hosts}"
 """
 
 # containerd 2.x reads config version 3, with the CRI plugin split in three.
@@ -142,11 +145,14 @@ class Containerd:
             )
 
     def _write_hosts(self) -> str:
-        hosts = os.path.join(self.dir, "certs.d", "_default")
-        os.makedirs(hosts)
-        with open(os.path.join(hosts, "hosts.toml"), "w", encoding="utf-8") as f:
-            f.write('server = "http://127.0.0.1:1"\n\n[host."http://127.0.0.1:1"]\n  capabilities = ["pull", "resolve"]\n')
-        return os.path.dirname(hosts)
+        # `_default` for 2.x; the registries the tests' images name, for 1.6, which reads only a
+        # host's own folder.
+        for host in ("_default", "docker.io", "registry.k8s.io"):
+            hosts = os.path.join(self.dir, "certs.d", host)
+            os.makedirs(hosts)
+            with open(os.path.join(hosts, "hosts.toml"), "w", encoding="utf-8") as f:
+                f.write('server = "http://127.0.0.1:1"\n\n[host."http://127.0.0.1:1"]\n  capabilities = ["pull", "resolve"]\n')
+        return os.path.join(self.dir, "certs.d")
 
     def start(self) -> None:
         if self._proc is not None:
