@@ -111,19 +111,18 @@ def container_images(spec: Mapping) -> list[ContainerImage]:
 
 def deciding_fields(spec: Mapping) -> dict:
     """Exactly what a decision reads of a pod spec, as a pod spec: each container's name, image and
-    pull policy; each volume's name and image source, and a volume without one as {} (read as
-    none, and kept in its place: messages number volumes); the scheduling fields. Names are read: they label the decision's messages.
-    Specs with equal deciding fields get equal decisions, messages included, and deciding this
-    pod spec decides the whole one. Malformed values are kept as they are, to be decided as such."""
+    pull policy; each volume's name and image source, a volume without one as {} (read as none,
+    kept in its place: messages number volumes); the scheduling fields. Names are read: they label
+    the decision's messages. Specs with equal deciding fields get equal decisions, messages
+    included, and deciding this pod spec decides the whole one. Malformed values are kept as they
+    are, to be decided as such."""
     fields: dict = {}
     for field in CONTAINER_FIELDS:
         if field in spec:
             fields[field] = _only(spec[field], ("name", "image", "imagePullPolicy"))
     if VOLUMES in spec:
         volumes = spec[VOLUMES]
-        fields[VOLUMES] = [
-            ({k: v[k] for k in ("name", "image") if k in v} if v.get("image") is not None else {})
-            if isinstance(v, Mapping) else {} for v in volumes] if isinstance(volumes, list) else volumes
+        fields[VOLUMES] = [_image_volume(v) for v in volumes] if isinstance(volumes, list) else volumes
     for field in SCHEDULING_FIELDS:
         if field in spec:
             fields[field] = spec[field]
@@ -134,6 +133,13 @@ def _only(items: object, keys: tuple[str, ...]) -> object:
     if not isinstance(items, list):
         return items
     return [{k: item[k] for k in keys if k in item} if isinstance(item, Mapping) else item for item in items]
+
+
+def _image_volume(volume: object) -> dict:
+    """What container_images reads of a volume: its name and image source, or nothing."""
+    if not isinstance(volume, Mapping) or volume.get("image") is None:
+        return {}
+    return {k: volume[k] for k in ("name", "image") if k in volume}
 
 
 def _entries(spec: Mapping, field: str) -> list[tuple[int, object]]:
