@@ -32,6 +32,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
 from tests.controlplane.network import ClusterNetwork
+from tests.controlplane.tracing import tracing_configuration
 from tests.needs import unavailable
 from tests.controlplane.pki import Authority, service_account_keys
 
@@ -83,9 +84,9 @@ class Process:
         self.name, self.args, self.log = name, args, log
         self.popen: subprocess.Popen | None = None
 
-    def start(self) -> None:
+    def start(self, env: dict[str, str] | None = None) -> None:
         with open(self.log, "ab") as out:
-            self.popen = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT,
+            self.popen = subprocess.Popen(self.args, stdout=out, stderr=subprocess.STDOUT, env=env,
                                           stdin=subprocess.DEVNULL, start_new_session=True)
 
     def stop(self) -> None:
@@ -119,7 +120,9 @@ def write_kubeconfig(path: Path, document: dict) -> Path:
 
 
 class ControlPlane:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, *, tracing_endpoint: str | None = None) -> None:
+        """`tracing_endpoint`: an OTLP/gRPC receiver (tests/controlplane/tracing.py) the apiserver
+        sends a span of every request to."""
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True)
         self.network = ClusterNetwork(folder / "cluster-network.sock")
@@ -178,6 +181,8 @@ class ControlPlane:
             "--endpoint-reconciler-type=none",
             f"--kubelet-client-certificate={kubelet_client[0]}", f"--kubelet-client-key={kubelet_client[1]}",
             "--kubelet-preferred-address-types=InternalIP",
+            *([f"--tracing-config-file={tracing_configuration(folder / 'tracing.yaml', tracing_endpoint)}"]
+              if tracing_endpoint else []),
             "-v=1",
         ], folder / "kube-apiserver.log")
         self.controller_manager = Process("kube-controller-manager", [
@@ -469,9 +474,9 @@ def wait_for(condition, what: str, timeout_s: float = 60.0, interval_s: float = 
 
 
 @contextlib.contextmanager
-def running_control_plane(folder: Path) -> Iterator[ControlPlane]:
+def running_control_plane(folder: Path, *, tracing_endpoint: str | None = None) -> Iterator[ControlPlane]:
     require_control_plane()
-    plane = ControlPlane(folder)
+    plane = ControlPlane(folder, tracing_endpoint=tracing_endpoint)
     try:
         plane.start()
         yield plane

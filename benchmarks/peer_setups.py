@@ -1,0 +1,310 @@
+"""The admission policies benchmarks/side_by_side.py compares, each set up on the test control
+plane as its users deploy it, in a namespace of its own that only it judges.
+
+  none             no policy: the apiserver's own cost of a Job create
+  cel              a ValidatingAdmissionPolicy (benchmarks/peers/cel.yaml), in the apiserver
+  gatekeeper       OPA Gatekeeper's manager (--operation=webhook) with benchmarks/peers/gatekeeper.yaml
+  kyverno          Kyverno's admission controller with benchmarks/peers/kyverno.yaml
+  image-preflight  the chart, `serve` and the node agent
+
+Gatekeeper and Kyverno run as host processes with the admin kubeconfig, as their docs run them out
+of cluster (Gatekeeper's --debug-use-fake-pod), each behind the Service its chart makes, so that
+the apiserver reaches all three webhooks one way: a Service's ClusterIP over its cluster egress
+(tests/controlplane/network.py). Each webhook keeps the failurePolicy and timeout its chart
+gives it. Whatever a setup starts is handed to `stoppers` at once, so that a failed setup leaves
+nothing running.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
+
+from tests.chart import API_ONLY, apply, merged, secret_values
+from tests.controlplane.cluster import ControlPlane, Process, free_port, wait_for
+from tests.controlplane.pki import Authority
+from tests.controlplane.webhook import ServedWebhook
+from tests.builders.stalls import ENFORCE_LABEL
+
+ROOT = Path(__file__).resolve().parents[1]
+POLICIES = ROOT / "benchmarks" / "peers"
+BUILD = POLICIES / "build"
+READY_S = 180.0
+
+# The webhooks' names, as the apiserver's span names them.
+GATEKEEPER_WEBHOOK = "validation.gatekeeper.sh"  # gatekeeper's chart
+KYVERNO_WEBHOOK = "validate.kyverno.svc-fail"  # what Kyverno registers for an Enforce policy
+IMAGE_PREFLIGHT_WEBHOOK = "validate.image-preflight.io"
+
+
+@dataclass
+class Peer:
+    name: str
+    namespace: str
+    webhook: str | None = None  # None: no webhook call (no policy, or CEL in the apiserver)
+    pids: list[int] = field(default_factory=list)  # its own processes, for CPU and RSS
+
+
+def peers_folder() -> Path:
+    """Where benchmarks/peers/build put Gatekeeper and Kyverno (built on first use)."""
+    done = subprocess.run([str(BUILD)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"benchmarks/peers/build failed:\n{done.stderr[-3000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def namespace(plane: ControlPlane, name: str, labels: dict | None = None) -> str:
+    plane.core().create_namespace({"metadata": {"name": name, "labels": labels or {}}})
+    return name
+
+
+def _apply(plane: ControlPlane, documents: str | list[dict]) -> None:
+    text = documents if isinstance(documents, str) else yaml.safe_dump_all(documents)
+    plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=text)
+
+
+def _crds(plane: ControlPlane, folder: Path) -> None:
+    plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(folder))
+    plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", "-f", str(folder))
+
+
+def _service(plane: ControlPlane, namespace: str, name: str, port: int) -> None:
+    """A Service as the peer's chart makes it, its ClusterIP:443 reaching `port` on loopback."""
+    plane.core().create_namespaced_service(namespace, {"metadata": {"name": name}, "spec": {
+        "ports": [{"port": 443, "targetPort": port, "protocol": "TCP"}]}})
+    cluster_ip = plane.core().read_namespaced_service(name, namespace).spec.cluster_ip
+    plane.network.expose(f"{cluster_ip}:443", port)
+
+
+def _webhook_tls(folder: Path, host: str) -> tuple[Path, Path]:
+    """A CA and a serving certificate for `host`, as Gatekeeper's cert rotator would make them."""
+    authority = Authority(folder)
+    crt, key = authority.issue("serving", "webhook", server_names=(host,))
+    shutil.copy(crt, folder / "tls.crt")
+    shutil.copy(key, folder / "tls.key")
+    return authority.cert_path, folder
+
+
+def _namespace_selector(name: str) -> dict:
+    return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [name]}]}
+
+
+# --- no policy, and CEL ----------------------------------------------------------------------------
+
+def no_policy(plane: ControlPlane) -> Peer:
+    return Peer("none", namespace(plane, "peer-none"))
+
+
+def cel(plane: ControlPlane, node_images: list[str]) -> Peer:
+    """The policy, its binding to one namespace, and its parameter: every name node status lists."""
+    ns = namespace(plane, "peer-cel")
+    _apply(plane, [_cel_parameter(ns, node_images)])
+    _apply(plane, (POLICIES / "cel.yaml").read_text())
+    _apply(plane, [{
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "job-images-on-nodes"},
+        "spec": {"policyName": "job-images-on-nodes", "validationActions": ["Deny"],
+                 "paramRef": {"name": "node-images", "namespace": ns, "parameterNotFoundAction": "Deny"},
+                 "matchResources": {"namespaceSelector": _namespace_selector(ns)}},
+    }])
+    return Peer("cel", ns)
+
+
+def _cel_parameter(ns: str, node_images: list[str]) -> dict:
+    """What a user's job would keep writing: every image name the Nodes list, a line each."""
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "node-images", "namespace": ns},
+            "data": {"images": "\n".join(sorted(set(node_images)))}}
+
+
+# --- Gatekeeper ------------------------------------------------------------------------------------
+
+
+
+def gatekeeper(plane: ControlPlane, binaries: Path, folder: Path, stoppers: list) -> Peer:
+    folder.mkdir(parents=True, exist_ok=True)
+    ns = namespace(plane, "peer-gatekeeper")
+    _crds(plane, binaries / "crds" / "gatekeeper")
+    namespace(plane, "gatekeeper-system")
+    port = free_port()
+    ca, cert_dir = _webhook_tls(folder, "gatekeeper-webhook-service.gatekeeper-system.svc")
+    _service(plane, "gatekeeper-system", "gatekeeper-webhook-service", port)
+    process = Process("gatekeeper", [
+        str(binaries / "gatekeeper"), f"--kubeconfig={plane.kubeconfig}",
+        "--operation=webhook", "--operation=generate", "--exempt-namespace=gatekeeper-system",  # its chart's
+        f"--port={port}", f"--cert-dir={cert_dir}", "--disable-cert-rotation", "--debug-use-fake-pod",
+        f"--health-addr=127.0.0.1:{free_port()}", f"--prometheus-port={free_port()}",
+        "--enable-external-data=false", "--log-level=INFO",
+    ], folder / "gatekeeper.log")
+    process.start(env={**os.environ, "POD_NAMESPACE": "gatekeeper-system", "POD_NAME": "gatekeeper-controller-0"})
+    stoppers.append(process.stop)
+    documents = list(yaml.safe_load_all((POLICIES / "gatekeeper.yaml").read_text()))
+    config, template, constraint = documents
+    _apply(plane, [config, template])
+    wait_for(lambda: _established(plane, "k8sjobimagesonnodes.constraints.gatekeeper.sh"),
+             "Gatekeeper made the constraint's CRD", timeout_s=READY_S)
+    _apply(plane, [constraint])
+    # The chart's webhook, its rules narrowed to Jobs and its namespaceSelector to one namespace.
+    _apply(plane, [{
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "gatekeeper-validating-webhook-configuration"},
+        "webhooks": [{
+            "name": GATEKEEPER_WEBHOOK, "admissionReviewVersions": ["v1", "v1beta1"], "sideEffects": "None",
+            "failurePolicy": "Ignore", "timeoutSeconds": 3, "matchPolicy": "Exact",
+            "clientConfig": {"service": {"name": "gatekeeper-webhook-service", "namespace": "gatekeeper-system",
+                                         "path": "/v1/admit"},
+                             "caBundle": base64.b64encode(ca.read_bytes()).decode()},
+            "namespaceSelector": _namespace_selector(ns),
+            "rules": [{"apiGroups": ["batch"], "apiVersions": ["*"], "resources": ["jobs"],
+                       "operations": ["CREATE", "UPDATE"], "scope": "*"}],
+        }],
+    }])
+    return Peer("gatekeeper", ns, GATEKEEPER_WEBHOOK, [process.popen.pid])
+
+
+def _established(plane: ControlPlane, crd: str) -> bool:
+    return plane.kubectl("get", f"crd/{crd}", check=False).returncode == 0
+
+
+# --- Kyverno ---------------------------------------------------------------------------------------
+
+
+
+def kyverno(plane: ControlPlane, binaries: Path, folder: Path, stoppers: list) -> Peer:
+    folder.mkdir(parents=True, exist_ok=True)
+    ns = namespace(plane, "peer-kyverno")
+    _crds(plane, binaries / "crds" / "kyverno")
+    namespace(plane, "kyverno")
+    # Its chart's ConfigMaps; `webhooks` gives its webhooks one namespace (the chart's key).
+    _apply(plane, [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kyverno", "namespace": "kyverno"},
+         "data": {"webhooks": json.dumps({"namespaceSelector": _namespace_selector(ns)}),
+                  "resourceFilters": "[Event,*,*][*/*,kube-system,*][*/*,kube-public,*][*/*,kube-node-lease,*]"}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kyverno-metrics", "namespace": "kyverno"},
+         "data": {}},
+    ])
+    # In a cluster Kyverno reads its Deployment's replicas before it registers webhooks
+    # (pkg/utils/runtime, IsRollingUpdate): the chart's Deployment, its Pod on no node.
+    labels = {"app.kubernetes.io/component": "admission-controller", "app.kubernetes.io/instance": "kyverno"}
+    _apply(plane, [{"apiVersion": "apps/v1", "kind": "Deployment",
+                    "metadata": {"name": "kyverno-admission-controller", "namespace": "kyverno"},
+                    "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": {
+                        "metadata": {"labels": labels},
+                        "spec": {"nodeSelector": {"image-preflight.test/no-such-node": "true"},
+                                 "containers": [{"name": "kyverno", "image": "kyverno:benchmark"}]}}}}])
+    port = free_port()
+    _service(plane, "kyverno", "kyverno-svc", port)
+    process = Process("kyverno", [
+        str(binaries / "kyverno"), f"--kubeconfig={plane.kubeconfig}", "--webhookServerHost=127.0.0.1", f"--webhookServerPort={port}",
+        "--caSecretName=kyverno-svc.kyverno.svc.kyverno-tls-ca",
+        "--tlsSecretName=kyverno-svc.kyverno.svc.kyverno-tls-pair",
+        "--backgroundServiceAccountName=system:serviceaccount:kyverno:kyverno-background-controller",
+        "--reportsServiceAccountName=system:serviceaccount:kyverno:kyverno-reports-controller",
+        f"--metricsPort={free_port()}", f"--profilePort={free_port()}", "--disableMetrics",
+        "--controllerRuntimeMetricsAddress=0", "--admissionReports=false", "--loggingFormat=json", "-v=1",
+    ], folder / "kyverno.log")
+    process.start(env={**os.environ, "KYVERNO_NAMESPACE": "kyverno",
+                       "KYVERNO_SERVICEACCOUNT_NAME": "kyverno-admission-controller",
+                       "KYVERNO_DEPLOYMENT": "kyverno-admission-controller",
+                       "KYVERNO_POD_NAME": "kyverno-admission-controller-0",
+                       "KYVERNO_SVC": "kyverno-svc", "INIT_CONFIG": "kyverno", "METRICS_CONFIG": "kyverno-metrics"})
+    stoppers.append(process.stop)
+    _apply(plane, (POLICIES / "kyverno.yaml").read_text())
+    return Peer("kyverno", ns, KYVERNO_WEBHOOK, [process.popen.pid])
+
+
+# --- image-preflight -------------------------------------------------------------------------------
+
+def image_preflight(plane: ControlPlane, folder: Path, stoppers: list) -> Peer:
+    """The chart with a certificate of `image-preflight certs`, and `serve` as its ServiceAccount.
+    The agents are started by the caller, one per node with a runtime."""
+    from image_preflight.cli import main as cli
+
+    folder.mkdir(parents=True, exist_ok=True)
+    certs = folder / "certs"
+    if cli(["certs", "--service", "image-preflight", "--namespace", "image-preflight", "--out-dir", str(certs)]):
+        raise SystemExit("image-preflight certs failed")
+    apply(plane, merged(API_ONLY, secret_values(certs)), workloads=False)
+    ns = namespace(plane, "peer-image-preflight", ENFORCE_LABEL)
+    served = ServedWebhook(plane, certs, plane.service_account_kubeconfig(
+        "image-preflight", "image-preflight", folder / "serve.kubeconfig"), folder / "serve.log")
+    stoppers.append(served.stop)
+    served.start()
+    return Peer("image-preflight", ns, IMAGE_PREFLIGHT_WEBHOOK, [served.popen.pid])
+
+
+def agent(plane: ControlPlane, node: str, cri_endpoint: str, folder: Path, stoppers: list) -> None:
+    """`image-preflight agent --publish` for `node`, as the chart's DaemonSet runs it."""
+    kubeconfig = plane.service_account_kubeconfig("image-preflight-agent", "image-preflight-agent",
+                                                  folder / f"agent-{node}.kubeconfig")
+    process = Process(f"agent {node}", [
+        sys.executable, "-m", "image_preflight", "agent", "--publish", "--node", node,
+        "--cri-endpoint", cri_endpoint, "--kubeconfig", str(kubeconfig)], folder / f"agent-{node}.log")
+    process.start()
+    stoppers.append(process.stop)
+
+
+def published(plane: ControlPlane, node: str) -> dict | None:
+    try:
+        return k8s.CustomObjectsApi(plane.core().api_client).get_cluster_custom_object(
+            "image-preflight.io", "v1alpha1", "nodeimages", node)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+# --- what each process costs -----------------------------------------------------------------------
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _tree(pids: list[int]) -> list[int]:
+    """`pids` and their descendants (serve's workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], list(pids)
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    total = 0
+    for pid in _tree(pids):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / _TICK
+
+
+def rss_mib(pids: list[int]) -> float:
+    total = 0
+    for pid in _tree(pids):
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+

@@ -1,0 +1,463 @@
+"""image-preflight beside the policies a cluster operator would write instead, on the same Jobs
+through the same apiserver: OPA Gatekeeper, Kyverno and a ValidatingAdmissionPolicy in CEL
+(benchmarks/peer_setups.py, benchmarks/peers/*.yaml).
+
+    benchmarks/peers/build                                   # once: Gatekeeper and Kyverno, cached
+    .venv/bin/python benchmarks/side_by_side.py --real-node  # --seconds 30 --rate 20 --clients 4
+
+1. Decisions. Rollout Jobs as agent-lightning renders them for SWE-smith rows, against one
+   cluster state: a worker whose runtime holds 53 images, of which its status lists the 50
+   largest with at most 5 names each; a tainted GPU node and a cordoned node, each the only
+   holder of an image. Each case says what the kubelet then does, and so whether admitting the
+   Job was right. With --real-node the worker is the tests' real node, its status the kubelet's
+   own, and every Job also runs there, judged by no policy, so that the node shows what its Pod
+   meets; without, the worker is a containerd 2.x and an API object whose status is made the
+   kubelet's way from the node agent's CRI list.
+2. Latency, interleaved: dry-run creations of an admitted Job, the peers taken in turn, at a
+   fixed rate and then by --clients threads as fast as they go. Per peer: the client's p50/p99,
+   the apiserver's own spans (KEP-647 tracing: "Create" for the whole request, "Call validating
+   webhook" for the webhook call), and the CPU and RSS of the peer's process.
+
+Needs tests/controlplane/build's folder on PATH (and root, for --real-node). Prints markdown tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import random
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from kubernetes import client as k8s  # noqa: E402
+from kubernetes.client.rest import ApiException  # noqa: E402
+
+import peer_setups as setups  # noqa: E402
+from tests.agent_lightning import TEMPLATE, build_job_spec, example_row  # noqa: E402
+from tests.containerd import Containerd, build_oci_archive_many, containerd2_binary, ctr  # noqa: E402
+from tests.controlplane.cluster import (apply_service_accounts, create_node, new_namespace,  # noqa: E402
+                                        running_control_plane, wait_for)
+from tests.controlplane.tracing import WEBHOOK_SPAN, SpanReceiver  # noqa: E402
+from tests.node.real_node import RealNode, missing_parts  # noqa: E402
+
+PEERS = ("none", "cel", "gatekeeper", "kyverno", "image-preflight")
+ROW = "marshmallow-code__marshmallow.9716fc62.func_pm_op_swap__0c5c7fd0"  # a row of examples/swe-smith/train.jsonl
+
+# --- the cluster ---------------------------------------------------------------------------------
+
+WORKER, GPU, CORDONED = "cpu-worker", "gpu-worker", "cpu-cordoned"
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+GPU_LABEL = {"nvidia.com/gpu.present": "true"}
+MAX_IMAGES = 50  # KubeletConfiguration.nodeStatusMaxImages, its default
+NAMES_PER_IMAGE = 5  # pkg/kubelet/nodestatus/setters.go, MaxNamesPerImageInNodeStatus
+
+
+def smith(name: str) -> str:
+    return f"docker.io/swe-smith/{name}:openai"
+
+
+# The worker's runtime. The larger images fill its status; the smaller ones are cut from it.
+LARGE = [smith(f"filler-{i:02d}") for i in range(46)] + [
+    smith("held"), smith("alias-1"), smith("pinned"), "docker.io/library/python:3.12"]
+SMALL = [smith("beyond-cap"), smith("small-1"), smith("small-2")]
+ALIASES = [smith(f"alias-{i}") for i in range(2, 7)]  # more names of alias-1's image
+
+
+def kubelet_status_images(published: dict) -> list[dict]:
+    """node.status.images as the kubelet posts it from the runtime's list (the agent's, the same
+    CRI ListImages): pkg/kubelet/nodestatus/setters.go Images cuts the list, sorted by size
+    (pkg/kubelet/images/image_gc_manager.go), at nodeStatusMaxImages, and each image's names
+    (repoDigests, then repoTags) at MaxNamesPerImageInNodeStatus."""
+    images = sorted(published["spec"]["images"], key=lambda image: -int(image.get("size") or 0))[:MAX_IMAGES]
+    return [{"names": ([*image.get("repoDigests", []), *image.get("repoTags", [])])[:NAMES_PER_IMAGE],
+             "sizeBytes": int(image.get("size") or 0)} for image in images]
+
+
+def fill_runtime(ctr, folder: Path) -> str:
+    """Import the worker's images with `ctr` (args -> stdout, in the k8s.io namespace); `pinned`
+    is left under its digest only, as a pull by digest leaves it. Returns that digest. The large
+    images outweigh the real node's pause image, the small ones do not."""
+    large, small = folder / "large.tar", folder / "small.tar"
+    build_oci_archive_many(large, LARGE, layer_bytes=random.randbytes(8 << 20))
+    build_oci_archive_many(small, SMALL)
+    ctr("images", "import", str(large))
+    ctr("images", "import", str(small))
+    ctr("images", "tag", smith("alias-1"), *ALIASES)
+    digest = next(row.split()[2] for row in ctr("images", "ls").splitlines()[1:] if row.split()[0] == smith("pinned"))
+    ctr("images", "tag", smith("pinned"), f"docker.io/swe-smith/pinned@{digest}")
+    ctr("images", "rm", smith("pinned"))
+    return digest
+
+
+# --- the cases -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    admit: bool  # right answer: admit unless a Pod would wait for an image that is not there
+    why: str
+    image: str
+    policy: str = "IfNotPresent"
+    init_image: str | None = None
+    suspend: bool = False
+    on_gpu: bool = False
+
+
+def cases(digest: str) -> list[Case]:
+    """Each with what the kubelet does with its Pod: pkg/kubelet/images/image_manager.go
+    EnsureImageExists (IfNotPresent: the runtime's ImageStatus of the normalised reference, else a
+    pull; Never: ErrImageNeverPull), after the scheduler's TaintToleration and NodeUnschedulable
+    filters chose the node (here the worker, unless the Job selects the GPU node)."""
+    return [
+        Case("held, listed in status", True, "runs on the worker", "swe-smith/held:openai"),
+        Case("absent everywhere", False, "ErrImagePull, then ImagePullBackOff", "swe-smith/absent:openai"),
+        Case("short name of a library image", True, "runs: the runtime normalises python:3.12", "python:3.12"),
+        Case("held, beyond the 50-image cap", True, "runs: held, only cut from status", "swe-smith/beyond-cap:openai"),
+        Case("held, its sixth name", True, "runs: the name is cut from status, not from the runtime",
+             "swe-smith/alias-6:openai"),
+        Case("held by digest, named by digest", True, "runs", f"swe-smith/pinned@{digest}"),
+        Case("held by digest, named by tag", False, "ErrImagePull: the tag resolves to nothing held",
+             "swe-smith/pinned:openai"),
+        Case("only on the tainted GPU node", False, "scheduled to the worker, ErrImagePull",
+             "swe-smith/gpu-only:openai"),
+        Case("on the GPU node, selected and tolerated", True, "runs on the GPU node", "swe-smith/gpu-only:openai",
+             on_gpu=True),
+        Case("only on the cordoned node", False, "scheduled to the worker, ErrImagePull",
+             "swe-smith/cordoned-only:openai"),
+        Case("absent, imagePullPolicy Always", True, "pulled from its registry: not a node-local image",
+             "swe-smith/absent:openai", policy="Always"),
+        Case("absent, Job suspended", True, "no Pod until resumed (the Job controller)", "swe-smith/absent:openai",
+             suspend=True),
+        Case("held, imagePullPolicy Never", True, "runs", "swe-smith/held:openai", policy="Never"),
+        Case("absent, imagePullPolicy Never", False, "ErrImageNeverPull", "swe-smith/absent:openai", policy="Never"),
+        Case("init container absent", False, "Init:ErrImagePull", "swe-smith/held:openai",
+             init_image="swe-smith/absent:openai"),
+    ]
+
+
+def rollout_job(case: Case, template_job: dict) -> dict:
+    """agent-lightning's Job for the row, with the case's image and changes."""
+    job = copy.deepcopy(template_job)
+    job["metadata"]["name"] = f"agl-rollout-{uuid.uuid4().hex[:8]}"
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    container["image"], container["imagePullPolicy"] = case.image, case.policy
+    if case.init_image:
+        pod["initContainers"] = [{"name": "fetch", "image": case.init_image, "imagePullPolicy": "IfNotPresent",
+                                  "command": ["true"]}]
+    if case.suspend:
+        job["spec"]["suspend"] = True
+    if case.on_gpu:
+        pod["nodeSelector"] = dict(GPU_LABEL)
+        pod["tolerations"] = [{"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}]
+    return job
+
+
+def admitted(batch: k8s.BatchV1Api, namespace: str, job: dict) -> bool | str:
+    """True, False (denied), or the error when neither."""
+    try:
+        batch.create_namespaced_job(namespace, job, dry_run="All", _request_timeout=30)
+        return True
+    except ApiException as exc:
+        return False if 400 <= exc.status < 500 else f"HTTP {exc.status}"
+
+
+# --- what the real node does ----------------------------------------------------------------------
+
+PULL_FAILURES = {"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull"}
+OBSERVE_S = 90.0
+
+
+def fate(pod) -> str | None:
+    """What became of the Pod's images on its node, once that is known."""
+    statuses = [*(pod.status.init_container_statuses or ()), *(pod.status.container_statuses or ())]
+    for status in statuses:
+        if status.state.waiting and status.state.waiting.reason in PULL_FAILURES:
+            return f"{status.state.waiting.reason}: waits"
+    if statuses and all(s.image_id or s.state.running or s.state.terminated for s in statuses
+                        if s.name in {c.name for c in pod.spec.containers}):
+        return "image there"  # the test images run no command: that the runtime resolved it is enough
+    return None
+
+
+def observe_on_node(plane, worker: Worker, all_cases: list[Case], template_job: dict) -> list[str]:
+    """Each case's Job created for real, in a namespace no policy judges: what its Pod met."""
+    namespace = new_namespace(plane, rollout_scripts=True)
+    batch = k8s.BatchV1Api(plane.api_client())
+    names = []
+    for case in all_cases:
+        job = rollout_job(case, template_job)
+        job["spec"]["activeDeadlineSeconds"] = int(OBSERVE_S) * 2
+        batch.create_namespaced_job(namespace, job)
+        names.append(job["metadata"]["name"])
+    found: dict[int, str] = {}
+    deadline = time.monotonic() + OBSERVE_S
+    awaited = sum(not case.suspend for case in all_cases)  # a suspended Job's Pod is awaited to the deadline
+    while len(found) < awaited and time.monotonic() < deadline:
+        for index, name in enumerate(names):
+            if index in found:
+                continue
+            pods = plane.core().list_namespaced_pod(namespace, label_selector=f"batch.kubernetes.io/job-name={name}").items
+            for pod in pods:
+                if pod.spec.node_name and pod.spec.node_name != worker.name:
+                    found[index] = f"bound to {pod.spec.node_name}: no kubelet runs it here"
+                elif (seen := fate(pod)) is not None:
+                    found[index] = seen
+        time.sleep(1.0)
+    plane.core().delete_namespace(namespace)
+    return [found.get(index) or ("no Pod: suspended" if case.suspend else "undecided")
+            for index, case in enumerate(all_cases)]
+
+
+# --- latency -------------------------------------------------------------------------------------
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def run_phase(plane, peers, job: dict, seconds: float, *, rate: float | None, clients: int) -> dict[str, list[float]]:
+    """Dry-run creations, the peers in a shuffled turn, for `seconds`: at `rate` a second in all
+    (one client), or as fast as `clients` threads go. Latencies by peer."""
+    latencies: dict[str, list[float]] = {peer.name: [] for peer in peers}
+    stop = time.monotonic() + seconds
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def client() -> None:
+        try:
+            send(k8s.BatchV1Api(plane.api_client()))
+        except BaseException as exc:  # raised again in the main thread, after the others end
+            failures.append(exc)
+
+    def send(batch: k8s.BatchV1Api) -> None:
+        turn: list = []
+        next_at = time.monotonic()
+        while time.monotonic() < stop:
+            if not turn:
+                turn = random.sample(peers, len(peers))
+            peer = turn.pop()
+            if rate is not None:
+                next_at += 1 / rate
+                time.sleep(max(0.0, next_at - time.monotonic()))
+            start = time.perf_counter()
+            batch.create_namespaced_job(peer.namespace, job, dry_run="All", _request_timeout=30)
+            elapsed = time.perf_counter() - start
+            with lock:
+                latencies[peer.name].append(elapsed)
+
+    threads = [threading.Thread(target=client) for _ in range(1 if rate is not None else clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise failures[0]
+    return latencies
+
+
+def span_seconds(receiver: SpanReceiver, peer) -> tuple[list[float], list[float]]:
+    """The apiserver's "Create" spans of Jobs in the peer's namespace, and its webhook call spans."""
+    creates = [s.seconds for s in receiver.spans("Create")
+               if s.attributes.get("namespace") == peer.namespace and s.attributes.get("resource") == "jobs"]
+    calls = [s.seconds for s in receiver.spans(WEBHOOK_SPAN)
+             if peer.webhook and s.attributes.get("webhook", "").startswith(peer.webhook)]
+    return creates, calls
+
+
+def ms(value: float) -> str:
+    return "–" if value != value else f"{value * 1000:.1f}"
+
+
+# --- the run -------------------------------------------------------------------------------------
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--peers", default=",".join(PEERS), help="which to run, comma-separated")
+    parser.add_argument("--seconds", type=float, default=30.0, help="length of each latency phase")
+    parser.add_argument("--rate", type=float, default=20.0, help="creations a second in the fixed-rate phase")
+    parser.add_argument("--clients", type=int, default=4, help="threads in the saturation phase")
+    parser.add_argument("--real-node", action="store_true",
+                        help="the worker is the tests' real node (kubelet and containerd, root): its status is "
+                             "the kubelet's own, and each Job also runs there, unjudged, its Pod's fate printed")
+    args = parser.parse_args()
+    chosen = [name.strip() for name in args.peers.split(",") if name.strip()]
+    unknown = sorted(set(chosen) - set(PEERS))
+    if unknown:
+        parser.error(f"--peers: unknown {', '.join(unknown)} (known: {', '.join(PEERS)})")
+    binaries = setups.peers_folder() if {"gatekeeper", "kyverno"} & set(chosen) else None
+    if args.real_node and (reason := missing_parts()) is not None:
+        parser.error(f"--real-node: {reason}")
+    folder = Path(tempfile.mkdtemp(prefix="side-by-side-"))
+    receiver = SpanReceiver().start()
+    try:
+        with running_control_plane(folder / "plane", tracing_endpoint=receiver.endpoint) as plane:
+            stoppers: list = []  # what each setup started, stopped before the control plane
+            try:
+                worker = start_worker(plane, args.real_node, stoppers)
+                return measure(plane, worker, receiver, chosen, binaries, folder, args, stoppers)
+            finally:
+                for stop in reversed(stoppers):
+                    stop()
+    finally:
+        receiver.stop()
+        print(f"\nlogs: {folder}", file=sys.stderr)
+
+
+@dataclass
+class Worker:
+    name: str
+    endpoint: str  # its runtime's CRI socket
+    ctr: Callable[..., str]
+    real: RealNode | None = None
+
+
+def start_worker(plane, real: bool, stoppers: list) -> Worker:
+    """The real node, or a containerd 2.x whose Node is an API object."""
+    if real:
+        node = RealNode(plane)
+        stoppers.append(lambda: stop_real_node(node))
+        node.start()
+        return Worker(node.name, node.endpoint, node.ctr, node)
+    runtime = Containerd(binary=containerd2_binary())
+    stoppers.append(runtime.close)
+    runtime.start()
+    create_node(plane, WORKER, taints=[])
+    return Worker(WORKER, runtime.endpoint, lambda *args: ctr(runtime.socket, *args, client=runtime.ctr))
+
+
+def stop_real_node(node: RealNode) -> None:
+    problems = node.stop()
+    if outside := node.outside_requests():
+        problems.append("containerd reached beyond the stub registry: " + "; ".join(outside[:5]))
+    if problems:
+        raise SystemExit("real node: " + "; ".join(problems))
+
+
+def measure(plane, worker: Worker, receiver, chosen, binaries, folder, args, stoppers) -> int:
+    digest = fill_runtime(worker.ctr, folder)
+    create_node(plane, GPU, taints=[GPU_TAINT], labels=GPU_LABEL,
+                images=[["docker.io/swe-smith/gpu-only:openai"]])
+    create_node(plane, CORDONED, taints=[], unschedulable=True,
+                images=[["docker.io/swe-smith/cordoned-only:openai"]])
+
+    # The chart comes first: it holds the NodeImages CRD the worker's agent publishes to.
+    by_name = {}
+    if "image-preflight" in chosen:
+        by_name["image-preflight"] = setups.image_preflight(plane, folder / "image-preflight", stoppers)
+    else:  # the agent still lists the worker's runtime, from which its status is made
+        apply_service_accounts(plane)
+    setups.agent(plane, worker.name, worker.endpoint, folder, stoppers)
+    published = wait_for(lambda: setups.published(plane, worker.name), "the worker's NodeImages", timeout_s=60)
+    if worker.real is None:
+        plane.core().patch_node_status(worker.name, {"status": {"images": kubelet_status_images(published)}})
+    else:
+        wait_for(lambda: len(names := worker.real.status_names()) == MAX_IMAGES
+                 and any(smith("held") in image for image in names),
+                 "the kubelet posts the worker's images", timeout_s=120, interval_s=1.0)
+    listed = [name for node in plane.core().list_node().items for image in node.status.images or ()
+              for name in image.names or ()]
+
+    template_job = build_job_spec(TEMPLATE.read_text(), example_row(ROW), rollout_id="side-by-side", namespace=None)
+    all_cases = cases(digest)
+    for name in chosen:
+        if name == "none":
+            by_name[name] = setups.no_policy(plane)
+        elif name == "cel":
+            by_name[name] = setups.cel(plane, listed)
+        elif name == "gatekeeper":
+            by_name[name] = setups.gatekeeper(plane, binaries, folder / "gatekeeper", stoppers)
+        elif name == "kyverno":
+            by_name[name] = setups.kyverno(plane, binaries, folder / "kyverno", stoppers)
+    peers = [by_name[name] for name in PEERS if name in by_name]
+
+    batch = k8s.BatchV1Api(plane.api_client())
+    held, absent = all_cases[0], all_cases[1]
+    for peer in peers:
+        if peer.name != "none":
+            wait_for(lambda: admitted(batch, peer.namespace, rollout_job(absent, template_job)) is False
+                     and admitted(batch, peer.namespace, rollout_job(held, template_job)) is True,
+                     f"{peer.name} decides", timeout_s=setups.READY_S, interval_s=1.0)
+
+    fates = observe_on_node(plane, worker, all_cases, template_job) if worker.real else None
+    print_decisions(batch, peers, all_cases, template_job, fates)
+    print_latency(plane, receiver, peers, rollout_job(held, template_job), args)
+    return 0
+
+
+def print_decisions(batch, peers, all_cases: list[Case], template_job: dict, fates: list[str] | None) -> None:
+    """Each policy's answer to each case, marked against the right answer."""
+    judged = [p for p in peers if p.name != "none"]
+    answers = {peer.name: [admitted(batch, peer.namespace, rollout_job(case, template_job)) for case in all_cases]
+               for peer in judged}
+    print(f"\n## Decisions on {len(all_cases)} rollout Jobs (✓ right, ✗ wrong)\n")
+    seen = " on the real node |" if fates else ""
+    print(f"| Job | the kubelet |{seen} right answer | " + " | ".join(p.name for p in judged) + " |")
+    print("|---|---|" + ("---|" if fates else "") + "---|" + "---|" * len(judged))
+    for index, case in enumerate(all_cases):
+        marks = []
+        for peer in judged:
+            answer = answers[peer.name][index]
+            word = "admit" if answer is True else "deny" if answer is False else str(answer)
+            marks.append(f"{'✓' if answer is case.admit else '✗'} {word}")
+        on_node = f" {fates[index]} |" if fates else ""
+        print(f"| {case.name} | {case.why} |{on_node} {'admit' if case.admit else 'deny'} | " + " | ".join(marks) + " |")
+    print("| **right** | |" + (" |" if fates else "") + " | " + " | ".join(
+        f"**{sum(a is c.admit for a, c in zip(answers[p.name], all_cases))}/{len(all_cases)}**" for p in judged) + " |")
+
+
+
+def print_latency(plane, receiver: SpanReceiver, peers, job: dict, args) -> None:
+    """The two phases of creating the admitted `job`, the peers interleaved."""
+    procs = {peer.name: peer.pids for peer in peers}
+    apiserver = [plane.apiserver.popen.pid]
+    for title, rate in ((f"fixed rate, {args.rate:g} creations/s in all", args.rate),
+                        (f"saturation, {args.clients} clients", None)):
+        time.sleep(6)  # the apiserver exports spans every 5 s: the last phase's are in
+        receiver.clear()
+        cpu_before = {name: setups.cpu_seconds(pids) for name, pids in procs.items()}
+        apiserver_before = setups.cpu_seconds(apiserver)
+        latencies = run_phase(plane, peers, job, args.seconds, rate=rate, clients=args.clients)
+        cpu = {name: setups.cpu_seconds(pids) - cpu_before[name] for name, pids in procs.items()}
+        apiserver_cpu = setups.cpu_seconds(apiserver) - apiserver_before
+        time.sleep(6)
+        print(f"\n## Latency, {title}, {args.seconds:g} s\n")
+        print("ms; Create and webhook: the apiserver's spans of the request and of its webhook call; "
+              f"CPU s and RSS: the policy's own process (the apiserver used {apiserver_cpu:.1f} CPU s); "
+              "÷: ratios of client p50s.\n")
+        print("| policy | creations | client p50 | client p99 | Create p50 | Create p99 | webhook p50 | "
+              "webhook p99 | webhook max | CPU s | RSS MiB | p50 ÷ CEL | p50 ÷ none |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        base = {name: statistics.median(values) for name, values in latencies.items() if values}
+        for peer in peers:
+            values = latencies[peer.name]
+            creates, calls = span_seconds(receiver, peer)
+            cells = [peer.name, str(len(values)), ms(percentile(values, .5)), ms(percentile(values, .99)),
+                     ms(percentile(creates, .5)), ms(percentile(creates, .99))]
+            if peer.webhook:
+                cells += [ms(percentile(calls, .5)), ms(percentile(calls, .99)), ms(max(calls, default=float("nan")))]
+            else:
+                cells += ["–", "–", "–"]
+            if peer.pids:
+                cells += [f"{cpu[peer.name]:.1f}", f"{setups.rss_mib(peer.pids):.0f}"]
+            else:
+                cells += ["in the apiserver" if peer.name == "cel" else "–", "–"]
+            cells += [f"{base[peer.name] / base[b]:.2f}" if b in base and peer.name in base else "–"
+                      for b in ("cel", "none")]
+            print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
