@@ -17,7 +17,7 @@ EXTRA_MODULES = {
                 "prometheus_client"),
     "agent": ("kubernetes", "grpc", "google.protobuf"),
     "watchdog": ("kubernetes", "prometheus_client"),
-    "test": ("pytest", "httpx", "kubernetes_validate", "jsonschema", "kr8s"),
+    "test": ("pytest", "httpx", "kubernetes_validate", "jsonschema", "kr8s", "opentelemetry.proto"),
 }
 
 

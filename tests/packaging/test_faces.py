@@ -12,7 +12,7 @@ import subprocess
 import sys
 import sysconfig
 import tomllib
-from importlib.metadata import packages_distributions
+from importlib.metadata import distribution, packages_distributions
 from pathlib import Path
 
 import pytest
@@ -123,8 +123,12 @@ def _requirements(extra: str) -> set[str]:
 
 
 def _distribution(module: str) -> str:
-    (name, *_) = packages_distributions()[_top_level(module)]
-    return _normal(name)
+    """The distribution installing `module`; of a namespace package's several (opentelemetry's),
+    the one whose files hold the module's folder."""
+    names = packages_distributions()[_top_level(module)]
+    folder = module.replace(".", "/") + "/"
+    holders = [n for n in names if any(str(f).startswith(folder) for f in distribution(n).files or ())]
+    return _normal((holders or names)[0])
 
 
 def test_the_base_modules_are_pyprojects_dependencies():
