@@ -31,7 +31,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from tests.chart import API_ONLY, apply, merged, secret_values
-from tests.controlplane.cluster import ControlPlane, Process, free_port, wait_for
+from tests.controlplane.cluster import ControlPlane, Process, free_port, new_namespace, wait_for
 from tests.controlplane.pki import Authority
 from tests.controlplane.webhook import ServedWebhook
 from tests.builders.stalls import ENFORCE_LABEL
@@ -61,11 +61,6 @@ def peers_folder() -> Path:
     if done.returncode != 0:
         raise SystemExit(f"benchmarks/peers/build failed:\n{done.stderr[-3000:]}")
     return Path(done.stdout.strip().splitlines()[-1])
-
-
-def namespace(plane: ControlPlane, name: str, labels: dict | None = None) -> str:
-    plane.core().create_namespace({"metadata": {"name": name, "labels": labels or {}}})
-    return name
 
 
 def _apply(plane: ControlPlane, documents: str | list[dict]) -> None:
@@ -102,12 +97,12 @@ def _namespace_selector(name: str) -> dict:
 # --- no policy, and CEL ----------------------------------------------------------------------------
 
 def no_policy(plane: ControlPlane) -> Peer:
-    return Peer("none", namespace(plane, "peer-none"))
+    return Peer("none", new_namespace(plane, name="peer-none"))
 
 
 def cel(plane: ControlPlane, node_images: list[str]) -> Peer:
     """The policy, its binding to one namespace, and its parameter: every name node status lists."""
-    ns = namespace(plane, "peer-cel")
+    ns = new_namespace(plane, name="peer-cel")
     _apply(plane, [_cel_parameter(ns, node_images)])
     _apply(plane, (POLICIES / "cel.yaml").read_text())
     _apply(plane, [{
@@ -132,9 +127,9 @@ def _cel_parameter(ns: str, node_images: list[str]) -> dict:
 
 def gatekeeper(plane: ControlPlane, binaries: Path, folder: Path, stoppers: list) -> Peer:
     folder.mkdir(parents=True, exist_ok=True)
-    ns = namespace(plane, "peer-gatekeeper")
+    ns = new_namespace(plane, name="peer-gatekeeper")
     _crds(plane, binaries / "crds" / "gatekeeper")
-    namespace(plane, "gatekeeper-system")
+    new_namespace(plane, name="gatekeeper-system")
     port = free_port()
     ca, cert_dir = _webhook_tls(folder, "gatekeeper-webhook-service.gatekeeper-system.svc")
     _service(plane, "gatekeeper-system", "gatekeeper-webhook-service", port)
@@ -181,9 +176,9 @@ def _established(plane: ControlPlane, crd: str) -> bool:
 
 def kyverno(plane: ControlPlane, binaries: Path, folder: Path, stoppers: list) -> Peer:
     folder.mkdir(parents=True, exist_ok=True)
-    ns = namespace(plane, "peer-kyverno")
+    ns = new_namespace(plane, name="peer-kyverno")
     _crds(plane, binaries / "crds" / "kyverno")
-    namespace(plane, "kyverno")
+    new_namespace(plane, name="kyverno")
     # Its chart's ConfigMaps; `webhooks` gives its webhooks one namespace (the chart's key).
     _apply(plane, [
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kyverno", "namespace": "kyverno"},
@@ -234,7 +229,7 @@ def image_preflight(plane: ControlPlane, folder: Path, stoppers: list) -> Peer:
     if cli(["certs", "--service", "image-preflight", "--namespace", "image-preflight", "--out-dir", str(certs)]):
         raise SystemExit("image-preflight certs failed")
     apply(plane, merged(API_ONLY, secret_values(certs)), workloads=False)
-    ns = namespace(plane, "peer-image-preflight", ENFORCE_LABEL)
+    ns = new_namespace(plane, ENFORCE_LABEL, name="peer-image-preflight")
     served = ServedWebhook(plane, certs, plane.service_account_kubeconfig(
         "image-preflight", "image-preflight", folder / "serve.kubeconfig"), folder / "serve.log")
     stoppers.append(served.stop)
@@ -261,50 +256,3 @@ def published(plane: ControlPlane, node: str) -> dict | None:
         if exc.status == 404:
             return None
         raise
-
-
-# --- what each process costs -----------------------------------------------------------------------
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _tree(pids: list[int]) -> list[int]:
-    """`pids` and their descendants (serve's workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], list(pids)
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo += children.get(pid, [])
-    return found
-
-
-def cpu_seconds(pids: list[int]) -> float:
-    total = 0
-    for pid in _tree(pids):
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / _TICK
-
-
-def rss_mib(pids: list[int]) -> float:
-    total = 0
-    for pid in _tree(pids):
-        try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            continue
-    return total / 1024
-

@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 from kubernetes.client.rest import ApiException  # noqa: E402
 
+from benchmarks.figures import percentile  # noqa: E402
 from tests.controlplane.cluster import wait_for  # noqa: E402
 from tests.node.images import swe_smith_image  # noqa: E402
 from tests.node.real_node import real_node  # noqa: E402,F401 - fixture
@@ -84,11 +85,6 @@ def _quantile(buckets: dict[float, float], q: float) -> str:
         if buckets[le] >= q * total:
             return f"≤ {le * 1000:g} ms" if le != float("inf") else "> largest bucket"
     return "n/a"
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def test_measure(stack, tmp_path):  # noqa: F811 - fixture
@@ -162,8 +158,8 @@ def test_measure(stack, tmp_path):  # noqa: F811 - fixture
                 f"(histogram buckets) | |")
     ratio = statistics.median(with_webhook) / statistics.median(without)
     ROWS.append(f"| Job create (dry run), {len(with_webhook)} each, alternating | with the webhook p50 "
-                f"{_percentile(with_webhook, 0.5) * 1000:.1f} ms, p99 {_percentile(with_webhook, 0.99) * 1000:.1f} ms; "
-                f"without p50 {_percentile(without, 0.5) * 1000:.1f} ms, p99 {_percentile(without, 0.99) * 1000:.1f} ms "
+                f"{percentile(with_webhook, 0.5) * 1000:.1f} ms, p99 {percentile(with_webhook, 0.99) * 1000:.1f} ms; "
+                f"without p50 {percentile(without, 0.5) * 1000:.1f} ms, p99 {percentile(without, 0.99) * 1000:.1f} ms "
                 f"| median ratio {ratio:.2f} |")
     if out := os.environ.get("ROLLOUT_FAILURE_ROWS"):
         Path(out).write_text("\n".join(ROWS) + "\n")

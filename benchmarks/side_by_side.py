@@ -38,12 +38,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from kubernetes import client as k8s  # noqa: E402
 from kubernetes.client.rest import ApiException  # noqa: E402
 
-import peer_setups as setups  # noqa: E402
+from benchmarks import peer_setups as setups  # noqa: E402
+from benchmarks.figures import percentile, tree_cpu_seconds, tree_rss_mib  # noqa: E402
 from tests.agent_lightning import TEMPLATE, build_job_spec, example_row  # noqa: E402
 from tests.containerd import Containerd, build_oci_archive_many, containerd2_binary, ctr  # noqa: E402
 from tests.controlplane.cluster import (apply_service_accounts, create_node, new_namespace,  # noqa: E402
@@ -221,11 +221,6 @@ def observe_on_node(plane, worker: Worker, all_cases: list[Case], template_job: 
 
 
 # --- latency -------------------------------------------------------------------------------------
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
 
 def run_phase(plane, peers, job: dict, seconds: float, *, rate: float | None, clients: int) -> dict[str, list[float]]:
     """Dry-run creations, the peers in a shuffled turn, for `seconds`: at `rate` a second in all
@@ -427,11 +422,11 @@ def print_latency(plane, receiver: SpanReceiver, peers, job: dict, args) -> None
                         (f"saturation, {args.clients} clients", None)):
         time.sleep(6)  # the apiserver exports spans every 5 s: the last phase's are in
         receiver.clear()
-        cpu_before = {name: setups.cpu_seconds(pids) for name, pids in procs.items()}
-        apiserver_before = setups.cpu_seconds(apiserver)
+        cpu_before = {name: tree_cpu_seconds(pids) for name, pids in procs.items()}
+        apiserver_before = tree_cpu_seconds(apiserver)
         latencies = run_phase(plane, peers, job, args.seconds, rate=rate, clients=args.clients)
-        cpu = {name: setups.cpu_seconds(pids) - cpu_before[name] for name, pids in procs.items()}
-        apiserver_cpu = setups.cpu_seconds(apiserver) - apiserver_before
+        cpu = {name: tree_cpu_seconds(pids) - cpu_before[name] for name, pids in procs.items()}
+        apiserver_cpu = tree_cpu_seconds(apiserver) - apiserver_before
         time.sleep(6)
         print(f"\n## Latency, {title}, {args.seconds:g} s\n")
         print("ms; Create and webhook: the apiserver's spans of the request and of its webhook call; "
@@ -451,7 +446,7 @@ def print_latency(plane, receiver: SpanReceiver, peers, job: dict, args) -> None
             else:
                 cells += ["–", "–", "–"]
             if peer.pids:
-                cells += [f"{cpu[peer.name]:.1f}", f"{setups.rss_mib(peer.pids):.0f}"]
+                cells += [f"{cpu[peer.name]:.1f}", f"{tree_rss_mib(peer.pids):.0f}"]
             else:
                 cells += ["in the apiserver" if peer.name == "cel" else "–", "–"]
             cells += [f"{base[peer.name] / base[b]:.2f}" if b in base and peer.name in base else "–"

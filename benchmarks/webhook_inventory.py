@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.figures import rss_mib  # noqa: E402
 from image_preflight.certs.store import CertRequest, ensure_certificates  # noqa: E402
 from image_preflight.core.admission.review import admit  # noqa: E402
 from image_preflight.core.admission.settings import Settings  # noqa: E402
@@ -115,10 +116,7 @@ def serve_rss_mb(source: list[str], certs: Path) -> float:
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         wait_ready(port, certs / "ca.crt")
-        for line in Path(f"/proc/{process.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-        raise RuntimeError("no VmRSS")
+        return rss_mib(process.pid)
     finally:
         process.terminate()
         process.wait(timeout=30)

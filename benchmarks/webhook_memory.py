@@ -26,18 +26,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.figures import rss_mib  # noqa: E402
 from benchmarks.webhook_load import EXAMPLE_NODES, SERVER_NAME, free_port, wait_for_port  # noqa: E402
 from image_preflight.certs.store import CertRequest, ensure_certificates  # noqa: E402
 from image_preflight.core.decide.decision import MISSING, Decision, ImageVerdict  # noqa: E402
 from image_preflight.core.admission.messages import denial_message  # noqa: E402
 from image_preflight.core.decide.workloads import ContainerImage  # noqa: E402
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("no VmRSS")
 
 
 def pod_review(uid: int, image: str) -> bytes:

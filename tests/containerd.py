@@ -11,6 +11,7 @@ import io
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import subprocess
@@ -44,6 +45,10 @@ disabled_plugins = [{disabled}]
 [ttrpc]
   address = "{socket}.ttrpc"
 
+# The resolver logs each host it asks at debug: close() fails on any but the stub.
+[debug]
+  level = "debug"
+
 [plugins]
   [plugins."io.containerd.internal.v1.opt"]
     path = "{opt}"
@@ -74,6 +79,10 @@ disabled_plugins = [{disabled}]
 [ttrpc]
   address = "{socket}.ttrpc"
 
+# The resolver logs each host it asks at debug: close() fails on any but the stub.
+[debug]
+  level = "debug"
+
 [plugins."io.containerd.internal.v1.opt"]
   path = "{opt}"
 [plugins."io.containerd.cri.v1.images".pinned_images]
@@ -99,6 +108,24 @@ _UNUSED_PLUGINS = (
     "io.containerd.snapshotter.v1.zfs",
 )
 _CRI_PLUGIN = "io.containerd.grpc.v1.cri"
+STUB_REGISTRY = "127.0.0.1:1"  # every registry host: a closed loopback port
+
+# containerd's resolver logs `host=` and `url=` at debug for each request it makes
+# (core/remotes/docker/resolver.go); Go's resolver and dialer errors read "lookup X on Y" and
+# "dial tcp X".
+_HOST_FIELD = re.compile(r'\b(?:host|url)="?(?:https?://)?([^/"\s]+)')
+_NETWORK_ERROR = re.compile(r"\blookup [^ ]+ on |\bdial tcp ")
+
+
+def outside_requests(log: str, stub: str) -> list[str]:
+    """The lines of a containerd log that reached for any address but `stub` (host:port)."""
+    found = []
+    for line in log.splitlines():
+        asked = ("resolving" in line or "request" in line or "fetch" in line) and any(
+            host != stub for host in _HOST_FIELD.findall(line))
+        if asked or (_NETWORK_ERROR.search(line) and stub not in line):
+            found.append(line)
+    return found
 _MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 
 
@@ -151,7 +178,8 @@ class Containerd:
             hosts = os.path.join(self.dir, "certs.d", host)
             os.makedirs(hosts)
             with open(os.path.join(hosts, "hosts.toml"), "w", encoding="utf-8") as f:
-                f.write('server = "http://127.0.0.1:1"\n\n[host."http://127.0.0.1:1"]\n  capabilities = ["pull", "resolve"]\n')
+                f.write(f'server = "http://{STUB_REGISTRY}"\n\n[host."http://{STUB_REGISTRY}"]\n'
+                        '  capabilities = ["pull", "resolve"]\n')
         return os.path.join(self.dir, "certs.d")
 
     def start(self) -> None:
@@ -183,8 +211,20 @@ class Containerd:
         self.start()
 
     def close(self) -> None:
+        """Stop and remove it; ContainerdError if it resolved or dialled anything but the
+        loopback stub its registry hosts name."""
         self.stop()
+        outside = self.outside_requests()
         shutil.rmtree(self.dir, ignore_errors=True)
+        if outside:
+            raise ContainerdError("containerd reached beyond the loopback stub:\n  " + "\n  ".join(outside[:10]))
+
+    def outside_requests(self) -> list[str]:
+        try:
+            with open(self.log_path, encoding="utf-8", errors="replace") as log:
+                return outside_requests(log.read(), STUB_REGISTRY)
+        except FileNotFoundError:
+            return []
 
     def __enter__(self) -> Containerd:
         try:

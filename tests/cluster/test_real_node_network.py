@@ -1,7 +1,10 @@
-"""What the real node's teardown reads in containerd's log to prove no pull left the machine
-(tests/node/real_node.py, outside_requests), on lines containerd 2.4.2 wrote in the tests."""
+"""What the real node's teardown and every throwaway containerd's close read in containerd's log
+to prove no pull left the machine (tests/containerd.py, outside_requests), on lines containerd
+2.4.2 wrote in the tests."""
 
-from tests.node.real_node import outside_requests
+import pytest
+
+from tests.containerd import STUB_REGISTRY, ContainerdError, outside_requests
 
 STUB = "127.0.0.1:36333"
 STUB_LINES = """\
@@ -26,3 +29,15 @@ def test_a_lookup_or_a_dial_elsewhere_is_caught():
               '\\"https://registry.local/v2/x/manifests/v1\\": dial tcp: lookup registry.local on 10.0.0.2:53: '
               'dial udp 10.0.0.2:53: connect: network is unreachable"')
     assert outside_requests(lookup, STUB) == [lookup]
+
+
+
+def test_a_throwaway_containerd_fails_its_close_on_any_host_but_its_stub(containerd):
+    stub = f'time="2026-12-03T00:00:00Z" level=debug msg=resolving host="{STUB_REGISTRY}" method=HEAD\n'
+    with open(containerd.log_path, "a", encoding="utf-8") as log:
+        log.write(stub)
+    assert containerd.outside_requests() == []
+    with open(containerd.log_path, "a", encoding="utf-8") as log:
+        log.write('time="2026-12-03T00:00:00Z" level=debug msg=resolving host=registry-1.docker.io method=HEAD\n')
+    with pytest.raises(ContainerdError, match="beyond the loopback stub"):
+        containerd.close()

@@ -400,10 +400,11 @@ def create_node(plane: ControlPlane, name: str, *, images: list[list[str]] | Non
     return core.read_node(name).to_dict()
 
 
-def new_namespace(plane: ControlPlane, labels: dict | None = None, *, rollout_scripts: bool = False) -> str:
-    """A namespace of a fresh name with `labels`; with `rollout_scripts`, the ConfigMap
-    agent-lightning's SWE-smith template mounts beside the image."""
-    name = f"e2e-{uuid.uuid4().hex[:8]}"
+def new_namespace(plane: ControlPlane, labels: dict | None = None, *, rollout_scripts: bool = False,
+                  name: str | None = None) -> str:
+    """A namespace with `labels`, of a fresh name unless `name` is given; with `rollout_scripts`,
+    the ConfigMap agent-lightning's SWE-smith template mounts beside the image."""
+    name = name or f"e2e-{uuid.uuid4().hex[:8]}"
     core = plane.core()
     core.create_namespace({"metadata": {"name": name, "labels": labels or {}}})
     if rollout_scripts:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -49,6 +48,7 @@ from tests.controlplane.cluster import (
 from image_preflight.agent.cri import ImageClient
 from tests.controlplane.network import TcpRelay
 from tests.node import netns
+from tests.containerd import outside_requests
 from tests.needs import unavailable
 from tests.node.images import PAUSE_NAME, busybox_missing, write_images
 
@@ -593,24 +593,6 @@ class RealNode:
                 shutil.rmtree(path)  # only the shims' socket folders, all of them ours
             elif not any(path.iterdir()) or path == AGL_LOGS:
                 shutil.rmtree(path)
-
-
-# containerd's resolver logs `host=` and `url=` at debug for each request it makes
-# (core/remotes/docker/resolver.go); Go's resolver and dialer errors read "lookup X on Y" and
-# "dial tcp X".
-_HOST_FIELD = re.compile(r'\b(?:host|url)="?(?:https?://)?([^/"\s]+)')
-_NETWORK_ERROR = re.compile(r"\blookup [^ ]+ on |\bdial tcp ")
-
-
-def outside_requests(log: str, stub: str) -> list[str]:
-    """The lines of a containerd log that reached for any address but `stub` (host:port)."""
-    found = []
-    for line in log.splitlines():
-        asked = ("resolving" in line or "request" in line or "fetch" in line) and any(
-            host != stub for host in _HOST_FIELD.findall(line))
-        if asked or (_NETWORK_ERROR.search(line) and stub not in line):
-            found.append(line)
-    return found
 
 
 def _loop_devices(backing: Path) -> list[str]:
