@@ -63,6 +63,11 @@ def _start(images: ImageClient, config: AgentConfig, stops: Stops):
 
     api = config.cluster.client()
     stops.add(api.close)  # last: after every watch on it
+    if config.write_policy is not None:
+        from image_preflight.kube.write_policies import require
+
+        # RBAC cannot tell one node's agent from another's; only the policy keeps each to its own.
+        require(api, config.write_policy, "any agent's token may write every node's NodeImages")
     pinner = None
     if config.pin_needed_images:
         from image_preflight.agent.containerd_images import ImageRecords

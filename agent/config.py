@@ -11,7 +11,7 @@ from image_preflight.commands import add_command, log_level_flag
 from image_preflight.core.image_gc.pinning import DEFAULT_MAX_BYTES
 from image_preflight.core.sources.runtime_lists import MAX_LEASE_S, RENEW_WHEN_REMAINING
 from image_preflight.errors import UsageError
-from image_preflight.flags import COUNT, IMAGE, NAME, SECONDS, Flags, Kind, at_least, flag, flags_of
+from image_preflight.flags import COUNT, IMAGE, NAME, SECONDS, Flags, Kind, between, flag, flags_of
 from image_preflight.kube.client import ClusterFlags
 
 DEFAULT_CRI_ENDPOINT = "unix:///run/containerd/containerd.sock"  # containerd's own default
@@ -38,7 +38,8 @@ def _shown_quantity(size: int) -> str:
     return str(size)
 
 
-QUANTITY = Kind("QUANTITY", _quantity, at_least(0), _shown_quantity)
+# At most an int64, as a resource.Quantity's Value() holds.
+QUANTITY = Kind("QUANTITY", _quantity, between(0, 2**63 - 1), _shown_quantity)
 
 
 def register(subparsers, epilog: str | None = None) -> None:
@@ -78,6 +79,10 @@ class AgentConfig(Flags):
     pin_max_bytes: int = flag(DEFAULT_MAX_BYTES, kind=QUANTITY,
                               help="with --pin-needed-images, pin at most this many bytes of images (the rest are "
                               "reported refused), so that the list cannot keep the image GC from freeing the disk")
+    write_policy: str | None = flag(None, kind=NAME, unset="not checked",
+                                    help="with --publish, start only while the ValidatingAdmissionPolicy of this "
+                                    "name and the binding of the same name (validationActions Deny) exist: the "
+                                    "chart's keeps each agent to its own node's NodeImages")
     log_level: str = log_level_flag()
 
     def check(self) -> None:
@@ -88,6 +93,8 @@ class AgentConfig(Flags):
                 f"--interval {self.interval:g}: must be above 0 and below a third of --lease "
                 f"({self.lease * RENEW_WHEN_REMAINING:g} s), so the lease is renewed before it ends"
             )
+        if self.write_policy is not None and not self.publish:
+            raise UsageError("--write-policy: checked only with --publish, which writes")
         if self.pin_needed_images is not None:
             if not self.publish:
                 raise UsageError("--pin-needed-images: pins only with --publish")

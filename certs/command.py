@@ -8,8 +8,8 @@ import datetime as dt
 import sys
 
 from image_preflight.certs.config import CertsConfig
-from image_preflight.certs.manifests import patch_webhook_file, tls_secret, to_yaml
-from image_preflight.certs.store import certificate_pem, ensure_certificates, private_key_pem
+from image_preflight.certs.manifests import tls_secret, to_yaml, webhook_patch
+from image_preflight.certs.store import certificate_pem, plan_certificates, private_key_pem, write_certificates
 from image_preflight.errors import InputError
 
 
@@ -18,13 +18,17 @@ def run(config: CertsConfig) -> int:
     if config.patch_webhook is not None and not config.patch_webhook.is_file():
         raise InputError(f"{config.patch_webhook}: no such file")
 
-    files = ensure_certificates(config.out_dir, request, dt.datetime.now(dt.timezone.utc))
+    # Everything is decided before anything is written, then written all or none: a lifetime
+    # that cannot be, or a webhook file that cannot be patched, leaves the folder as it was.
+    files = plan_certificates(config.out_dir, request, dt.datetime.now(dt.timezone.utc))
+    ca_pem = certificate_pem(files.ca.cert)
+    patched, result = (webhook_patch(config.patch_webhook, ca_pem, request.service, request.namespace)
+                       if config.patch_webhook is not None else (None, None))
+    write_certificates(config.out_dir, files, *([patched] if patched is not None else []))
     for line in files.report:
         print(line, file=sys.stderr)
-    ca_pem = certificate_pem(files.ca.cert)
 
-    if config.patch_webhook is not None:
-        result = patch_webhook_file(config.patch_webhook, ca_pem, request.service, request.namespace)
+    if result is not None:
         print(
             f"set caBundle on {result.webhooks} webhooks in {result.configurations} "
             f"configurations in {config.patch_webhook}",
@@ -47,4 +51,3 @@ def run(config: CertsConfig) -> int:
         )
         sys.stdout.write(to_yaml(secret))
     return 0
-

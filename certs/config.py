@@ -6,17 +6,21 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from image_preflight.certs.request import CA_DAYS, DAYS, KEY_KIND, KEY_KINDS, RENEW_BEFORE_DAYS, CertRequest
+from image_preflight.certs.request import CA_DAYS, DAYS, KEY_KIND, KEY_KINDS, MAX_DAYS, RENEW_BEFORE_DAYS, CertRequest
 from image_preflight.commands import add_command
 from image_preflight.errors import UsageError
-from image_preflight.flags import DIR, FILE, NAME, Flags, Kind, at_least, flag
+from image_preflight.flags import DIR, FILE, NAME, Flags, Kind, between, flag
 
 _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
-DAYS_KIND = Kind("DAYS", int, at_least(1))
+def _days(low: int) -> Kind:
+    return Kind("DAYS", int, between(low, MAX_DAYS, " (100 years)"))
+
+
+DAYS_KIND = _days(1)
 
 
 def register(subparsers, epilog: str | None = None) -> None:
@@ -36,7 +40,7 @@ class CertsConfig(Flags):
     out_dir: Path = flag(kind=DIR, required=True, help="the folder for ca.crt, ca.key, tls.crt and tls.key")
     days: int = flag(DAYS, kind=DAYS_KIND, help="the serving certificate's lifetime")
     ca_days: int = flag(CA_DAYS, kind=DAYS_KIND, help="the CA's lifetime")
-    renew_before: int = flag(RENEW_BEFORE_DAYS, kind=Kind("DAYS", int, at_least(0)),
+    renew_before: int = flag(RENEW_BEFORE_DAYS, kind=_days(0),
                              help="replace certificates expiring within DAYS (less than --days and --ca-days)")
     key: str = flag(KEY_KIND, choices=KEY_KINDS, help="ecdsa (P-256) or rsa (2048)")
     secret: bool = flag(False, help="print a kubernetes.io/tls Secret to stdout")

@@ -85,6 +85,17 @@ def patch_webhook_file(
     path: Path, ca_pem: bytes, service: str, namespace: str
 ) -> PatchResult:
     """Set caBundle in the user's manifest file in place, keeping its permissions."""
+    write, result = webhook_patch(path, ca_pem, service, namespace)
+    if write is not None:
+        write_atomic(*write)
+    return result
+
+
+def webhook_patch(
+    path: Path, ca_pem: bytes, service: str, namespace: str
+) -> tuple[tuple[Path, bytes, int] | None, PatchResult]:
+    """What patch_webhook_file would write, as (path, data, mode), None when nothing changes;
+    written nowhere yet."""
     try:
         text = path.read_text(encoding="utf-8")
         mode = stat.S_IMODE(path.stat().st_mode)
@@ -93,10 +104,8 @@ def patch_webhook_file(
     except OSError as exc:
         raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     new_text, result = set_ca_bundle(text, str(path), b64(ca_pem), service, namespace)
-    if new_text != text:
-        # Write through a symlink rather than replacing the link with a file.
-        write_atomic(path.resolve(), new_text.encode("utf-8"), mode)
-    return result
+    # Write through a symlink rather than replacing the link with a file.
+    return ((path.resolve(), new_text.encode("utf-8"), mode) if new_text != text else None), result
 
 
 def _patch_webhooks(document: dict, where: str, ca_bundle: str) -> list[dict]:

@@ -13,6 +13,10 @@ DAYS = 365
 CA_DAYS = 3650
 RENEW_BEFORE_DAYS = 30
 KEY_KIND: KeyKind = "ecdsa"
+# The longest lifetime asked for: a hundred years, what the longest-lived CAs are given. Any
+# certificate so bounded ends long before X.509's last date (9999-12-31, RFC 5280 4.1.2.5), which
+# is also datetime's.
+MAX_DAYS = 36500
 
 
 @dataclass(frozen=True, slots=True)

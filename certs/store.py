@@ -22,7 +22,7 @@ from image_preflight.certs.authority import (
 )
 from image_preflight.certs.request import CertRequest
 from image_preflight.errors import InputError
-from image_preflight.files.atomic import write_atomic
+from image_preflight.files.atomic import write_all_atomic
 
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
@@ -40,19 +40,32 @@ class CertFiles:
     ca_created: bool
     serving_issued: bool
     report: tuple[str, ...]  # one line per decision, for the user
+    # What must be written for `out_dir` to hold the above: (path, PEM, mode), keys first.
+    writes: tuple[tuple[Path, bytes, int], ...] = ()
 
 
 def ensure_certificates(out_dir: Path, request: CertRequest, now: dt.datetime) -> CertFiles:
     """Make `out_dir` hold a usable CA and serving certificate, changing only what must change."""
-    _ensure_dir(out_dir)
+    files = plan_certificates(out_dir, request, now)
+    write_certificates(out_dir, files)
+    return files
+
+
+def plan_certificates(out_dir: Path, request: CertRequest, now: dt.datetime) -> CertFiles:
+    """What `out_dir` must hold: the certificates kept and those created, written nowhere yet
+    (write_certificates writes them)."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InputError(f"{out_dir}: not a directory")
     ca_path, tls_path = out_dir / CA_CERT, out_dir / TLS_CERT
+    writes: list[tuple[Path, bytes, int]] = []
 
     ca, ca_reason = _existing_authority(out_dir, now, request.renew_before_days)
     if ca is None:
-        ca = create_authority(new_private_key(request.key_kind), now, request.ca_days)
+        ca = _lifetime(out_dir, request.ca_days, "--ca-days",
+                       lambda: create_authority(new_private_key(request.key_kind), now, request.ca_days))
         # Key first: a crash in between leaves a mismatched pair, which the next run replaces.
-        write_atomic(out_dir / CA_KEY, private_key_pem(ca.key), KEY_MODE)
-        write_atomic(ca_path, certificate_pem(ca.cert), CERT_MODE)
+        writes += [(out_dir / CA_KEY, private_key_pem(ca.key), KEY_MODE),
+                   (ca_path, certificate_pem(ca.cert), CERT_MODE)]
         ca_line = f"created CA {ca_path} valid until {_when(ca.cert)} ({ca_reason})"
     else:
         ca_line = f"kept CA {ca_path} valid until {_when(ca.cert)}"
@@ -61,9 +74,10 @@ def ensure_certificates(out_dir: Path, request: CertRequest, now: dt.datetime) -
     cert, key, reason = _existing_serving(out_dir, ca, request, now)
     if reason is not None:
         key = new_private_key(request.key_kind)
-        cert = issue_serving_cert(ca, key, request.service, request.namespace, now, request.days)
-        write_atomic(out_dir / TLS_KEY, private_key_pem(key), KEY_MODE)
-        write_atomic(tls_path, certificate_pem(cert), CERT_MODE)
+        cert = _lifetime(out_dir, request.days, "--days",
+                         lambda: issue_serving_cert(ca, key, request.service, request.namespace, now, request.days))
+        writes += [(out_dir / TLS_KEY, private_key_pem(key), KEY_MODE),
+                   (tls_path, certificate_pem(cert), CERT_MODE)]
         tls_line = f"issued serving certificate {tls_path} for {host} valid until {_when(cert)} ({reason})"
     else:
         tls_line = f"kept serving certificate {tls_path} for {host} valid until {_when(cert)}"
@@ -75,7 +89,24 @@ def ensure_certificates(out_dir: Path, request: CertRequest, now: dt.datetime) -
         ca_created=ca_reason is not None,
         serving_issued=reason is not None,
         report=(ca_line, tls_line),
+        writes=tuple(writes),
     )
+
+
+def write_certificates(out_dir: Path, files: CertFiles, *more: tuple[Path, bytes, int | None]) -> None:
+    """Write what plan_certificates decided, and `more` files, all or none (files/atomic.py)."""
+    if files.writes:
+        _ensure_dir(out_dir)
+    write_all_atomic([*files.writes, *more])
+
+
+def _lifetime(out_dir: Path, days: int, option: str, make):
+    """`make()`, a certificate ending `days` from now; InputError when that is past the last date
+    a certificate (and datetime) can hold, 9999-12-31 (RFC 5280 4.1.2.5)."""
+    try:
+        return make()
+    except OverflowError:
+        raise InputError(f"{out_dir}: {option} {days}: the certificate would end after 9999-12-31") from None
 
 
 def _existing_authority(

@@ -12,6 +12,7 @@ from kubernetes.client.exceptions import ApiException
 from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
 from image_preflight.doctor.findings import WEBHOOK_NAME, WebhookTarget
 from image_preflight.kube.cluster_inventory import KubeletUnread, Unreadable, kubelet_reads, list_all
+from image_preflight.kube import write_policies
 from image_preflight.kube.status import status_message
 from image_preflight.kube.watch import describe_error
 
@@ -144,3 +145,23 @@ def kubelet_summaries(api: kubernetes.client.ApiClient, names: list[str]) -> dic
     return {name: {"node": {"runtime": (summary.get("node") or {}).get("runtime")}}
             if isinstance(summary, dict) else summary
             for name, summary in kubelet_reads(api, names, "stats/summary", _SUMMARY_TIMEOUT).items()}
+
+
+def cluster_role_exists(api: kubernetes.client.ApiClient, name: str) -> bool | None:
+    """Whether the ClusterRole exists; None when that cannot be read."""
+    try:
+        kubernetes.client.RbacAuthorizationV1Api(api).read_cluster_role(name, _request_timeout=_TIMEOUT)
+    except ApiException as exc:
+        return False if exc.status == 404 else None
+    except Exception:  # noqa: BLE001 - connection errors come in many types
+        return None
+    return True
+
+
+def write_policy(api: kubernetes.client.ApiClient, name: str) -> tuple[dict | None, dict | None] | str:
+    """The ValidatingAdmissionPolicy `name` and its binding, each None where absent, as the faces
+    read them at start; why not, when they cannot be read."""
+    try:
+        return write_policies.read(api, name)
+    except Unreadable as exc:
+        return str(exc)

@@ -61,6 +61,10 @@ def check(api, *, rollouts: str, webhook_address: str | None, max_images: int | 
             chosen = findings.opted_in(all_namespaces, target)
             where = rollouts if rollouts in chosen else (chosen[0] if chosen else None)
             found.append(findings.probe(cluster.probe(api, where) if where else ("", ""), where))
+    release = target.namespace if target is not None else findings.RELEASE_NAMESPACE
+    for face in findings.WRITE_POLICIES:
+        found += findings.write_policy(face, cluster.cluster_role_exists(api, face.role),
+                                       cluster.write_policy(api, face.name), release)
     try:
         published = list_node_images(api)
     except NotServed:

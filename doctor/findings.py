@@ -8,6 +8,7 @@ import binascii
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from image_preflight.core import write_policies
 from image_preflight.core.image_gc import pinning
 from image_preflight.core.decide.inventory import CLOCK_SKEW_S
 from image_preflight.core.sources.node_status import node_images_from_node
@@ -22,6 +23,7 @@ OK, PROBLEM, SKIPPED = "ok", "problem", "skipped"
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_LABEL = "nvidia.com/gpu.present"
 EXPIRY_WARNING_S = 7 * 24 * 3600
+RELEASE_NAMESPACE = "image-preflight"  # the chart's install (INSTALL)
 # The chart's commands, from a clone of the repository (docs/quickstart.md).
 INSTALL = ("helm install image-preflight deploy/chart/image-preflight --namespace image-preflight "
            "--create-namespace")
@@ -34,6 +36,26 @@ def helm_upgrade(namespace: str, *settings: str) -> str:
 
 
 AGENT_APPLY = helm_upgrade("image-preflight", "agent.enabled=true")
+
+
+@dataclass(frozen=True, slots=True)
+class WritePolicy:
+    """A face whose RBAC reaches further than its writes, and the chart's policy that narrows them."""
+
+    face: str
+    role: str  # its ClusterRole: there when the face is installed
+    name: str  # the ValidatingAdmissionPolicy and its binding
+    unguarded: str  # what its token could do without them
+    settings: tuple[str, ...] = ()  # the chart's values that render them
+
+
+# As the chart names them (templates/agent/policy.yaml, templates/watchdog/policy.yaml).
+WRITE_POLICIES = (
+    WritePolicy("the node agent", "image-preflight-agent", "image-preflight-agent-own-node",
+                "any agent's token may write every node's NodeImages", ("agent.nodeRestriction.enabled=true",)),
+    WritePolicy("the watchdog", "image-preflight-watchdog", "image-preflight-watchdog-writes",
+                "its token may patch any Job and create Pods in any namespace (and it does not start)"),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +122,25 @@ def webhook_configuration(configurations: Sequence[Mapping]) -> tuple[list[Findi
             return found, target
     return [Finding(PROBLEM, f"no ValidatingWebhookConfiguration holds the webhook {WEBHOOK_NAME}: nothing is checked",
                     INSTALL)], None
+
+
+def write_policy(face: WritePolicy, installed: bool | None, read: tuple[Mapping | None, Mapping | None] | str,
+                 namespace: str) -> list[Finding]:
+    """`installed`: whether the face's ClusterRole exists (None: not readable); `read`: its policy
+    and binding (None where absent), or why they could not be read; `namespace`: the release's."""
+    if installed is False:
+        return []
+    if isinstance(read, str):
+        return [Finding(SKIPPED, f"{face.face}'s write policy ({read})")]
+    missing = write_policies.problem(face.name, *read)
+    if missing is None:
+        return [Finding(OK, f"ValidatingAdmissionPolicy {face.name} and its binding (Deny) keep {face.face}'s "
+                        "writes to its own")]
+    if installed is None:
+        return [Finding(SKIPPED, f"{face.face}'s write policy: {missing}, and ClusterRole {face.role} is not "
+                        f"readable to tell whether {face.face} is installed")]
+    return [Finding(PROBLEM, f"{face.face}'s writes are unguarded: {missing}, so {face.unguarded}",
+                    helm_upgrade(namespace, *face.settings))]
 
 
 # The kubelet's waiting reasons for an image it does not hold and cannot pull

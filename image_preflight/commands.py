@@ -9,7 +9,7 @@ import importlib
 from typing import Any
 
 from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES
-from image_preflight.flags import COUNT, PORT, Kind, add_flags, flag
+from image_preflight.flags import COUNT, MAX_COUNT, PORT, Kind, add_flags, at_most, flag
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -23,8 +23,9 @@ def metrics_port_flag() -> Any:
 
 
 # pkg/kubelet/apis/config/validation/validation.go, ValidateKubeletConfiguration: nodeStatusMaxImages
-# "must be -1 or greater"; -1 lifts the cap.
-MAX_IMAGES = Kind(COUNT.metavar, int, lambda value: None if value >= -1 else "must be -1 (no cap) or more")
+# "must be -1 or greater"; -1 lifts the cap. The field is an int32 (KubeletConfiguration).
+MAX_IMAGES = Kind(COUNT.metavar, int,
+                  lambda value: "must be -1 (no cap) or more" if value < -1 else at_most(MAX_COUNT)(value))
 
 
 def max_images_flag(where: str = "") -> Any:

@@ -3,8 +3,10 @@ metavar, choices and check. `add_flags` builds the parser from the fields, `Flag
 config from what it parsed, and `Flags.__post_init__` checks every value however the config was built.
 
 A Kind gives one metavar, parser and check to one kind of value in every command (FILE, SECONDS,
-N, PORT, ...). The help of every flag that takes a value ends with its default, derived from the
-field's default (or from `unset` where no value has a meaning of its own).
+N, PORT, ...); every kind of number is bounded above as well as below, so that no value reaches a
+clock, a timer or a date it overflows. A field's own `check` narrows its kind's, never widens it.
+The help of every flag that takes a value ends with its default, derived from the field's default
+(or from `unset` where no value has a meaning of its own).
 """
 
 from __future__ import annotations
@@ -48,6 +50,21 @@ def above(low: float) -> Callable[[Any], str | None]:
     return lambda value: None if value > low else f"must be above {low:g}"
 
 
+def at_most(high: float, unit: str = "") -> Callable[[Any], str | None]:
+    """`unit` follows the number in the message, such as " (a year)"."""
+    return lambda value: None if value <= high else f"must be {_number(high)}{unit} or less"
+
+
+def between(low: float, high: float, unit: str = "") -> Callable[[Any], str | None]:
+    """at_least(low) and at_most(high), said as each says it."""
+    below, over = at_least(low), at_most(high, unit)
+    return lambda value: below(value) or over(value)
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 def label_map(text: str) -> dict[str, str]:
     """KEY=VALUE[,KEY=VALUE...], a selector of equalities only, such as a nodeSelector is."""
     labels = {}
@@ -59,10 +76,17 @@ def label_map(text: str) -> dict[str, str]:
     return labels
 
 
+# The longest period a flag may give: every one is waited for or added to a clock by a running
+# process, and far longer ones overflow the deadline time.sleep and threading's waits compute
+# (time_t), or datetime's year 9999.
+MAX_SECONDS = 365 * 24 * 3600
+# The largest count: a Kubernetes API int32 (the kubelet's nodeStatusMaxImages is one).
+MAX_COUNT = 2**31 - 1
+
 FILE = Kind("FILE", Path)
 DIR = Kind("DIR", Path)
-SECONDS = Kind("SECONDS", _seconds, at_least(0), lambda value: f"{value:g}")
-COUNT = Kind("N", int, at_least(0))
+SECONDS = Kind("SECONDS", _seconds, between(0, MAX_SECONDS, " (a year)"), lambda value: f"{value:g}")
+COUNT = Kind("N", int, between(0, MAX_COUNT))
 PORT = Kind("PORT", int, lambda value: None if 0 <= value <= 65535 else "must be 0 to 65535")
 NAME = Kind("NAME")
 IMAGE = Kind("IMAGE")  # an image reference
@@ -77,7 +101,7 @@ class Flag:
     kind: Kind | None = None  # None: a switch, or one of `choices`
     name: str = ""  # default: the field's name with dashes
     choices: tuple = ()
-    check: Callable[[Any], str | None] | None = None  # instead of the kind's
+    check: Callable[[Any], str | None] | None = None  # besides the kind's, and said first
     unset: str = ""  # what no value means, where the default is None (or empty)
     env: str = ""  # read when the flag is not given
     repeat: bool = False  # repeatable; `collect` turns the values into the field's
@@ -173,10 +197,10 @@ class Flags:
             value = getattr(self, field.name)
             if spec is None or value is None or spec.repeat or spec.positional:
                 continue
-            problem = spec.check or (spec.kind.problem if spec.kind is not None else None)
-            said = problem(value) if problem is not None else None
-            if said:
-                raise UsageError(f"{_name(field, spec)} {_shown(value, spec)}: {said}")
+            for problem in (spec.check, spec.kind.problem if spec.kind is not None else None):
+                said = problem(value) if problem is not None else None
+                if said:
+                    raise UsageError(f"{_name(field, spec)} {_shown(value, spec)}: {said}")
         self.check()
 
     @classmethod

@@ -4,8 +4,11 @@ started in the reverse order and closes the API client last.
 
 Log lines go to a buffer flushed every FLUSH_S, and at once for warnings and errors: a
 StreamHandler's write and flush per record is a system call per admission review, a fifth of the
-time of an answer. A record whose message is already a JSON object (a decision, a watchdog action)
-is that line; any other becomes {"level", "logger", "message"}.
+time of an answer. Every line is one JSON object that begins with "time" (RFC 3339 in UTC, to the
+millisecond: 2026-12-03T21:06:51.123Z) and "level" (debug, info, warning, error, critical). A
+record whose message is already a JSON object (a decision, a watchdog action) keeps its fields
+after those two; any other, the server's own (uvicorn's) among them, becomes
+{"time", "level", "logger", "message"}, with "error" holding the traceback of an exception.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 
 from image_preflight.errors import UnavailableError
@@ -25,15 +29,48 @@ FLUSH_S = 0.1
 log = logging.getLogger(__name__)
 
 
+_second: tuple[int, str] = (0, "1970-01-01T00:00:00")  # the last second formatted, and its text
+
+
+def rfc3339(epoch: float) -> str:
+    """`epoch` as RFC 3339 in UTC to the millisecond, 2026-12-03T21:06:51.123Z (strftime once a second)."""
+    global _second
+    whole, millis = divmod(int(epoch * 1000), 1000)
+    second = _second  # read once: another thread may replace it meanwhile
+    if whole != second[0]:
+        second = _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+    return f"{second[1]}.{millis:03d}Z"
+
+
+def _head(epoch: float, level: str) -> str:
+    """A line's first two fields, the opening brace and no closing one."""
+    return f'{{"time":"{rfc3339(epoch)}","level":"{level}"'
+
+
+def _with_head(head: str, line: str) -> str:
+    """The JSON object `line` with `head`'s fields first."""
+    rest = line[1:].lstrip()
+    return head + ("}" if rest.startswith("}") else "," + rest)
+
+
 class JsonLines(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
+        level = record.levelname.lower()
         if message.startswith("{") and message.endswith("}"):
-            return message  # already one JSON object
-        line = {"level": record.levelname.lower(), "logger": record.name, "message": message}
+            try:
+                fields = json.loads(message)
+            except ValueError:
+                fields = None
+            if isinstance(fields, dict):  # already one JSON object: its fields after time and level
+                if "time" not in fields and "level" not in fields:
+                    return _with_head(_head(record.created, level), message)
+                fields = {key: value for key, value in fields.items() if key not in ("time", "level")}
+                return _with_head(_head(record.created, level), json.dumps(fields, ensure_ascii=False))
+        line = {"time": rfc3339(record.created), "level": level, "logger": record.name, "message": message}
         if record.exc_info:
             line["error"] = self.formatException(record.exc_info)
-        return json.dumps(line, ensure_ascii=False)
+        return json.dumps(line, ensure_ascii=False, separators=(",", ":"))
 
 
 class BufferedStderrHandler(logging.StreamHandler):
@@ -54,7 +91,8 @@ class BufferedStderrHandler(logging.StreamHandler):
             self.flush_now()
 
     def write_line(self, line: str) -> None:
-        """A line without a LogRecord: what the handler writes for a JSON message."""
+        """A JSON object without a LogRecord, written as JsonLines writes an info record's."""
+        line = _with_head(_head(time.time(), "info"), line)
         with self.lock:
             self.stream.write(line + "\n")
 
@@ -81,7 +119,7 @@ def configure_logging(level: str) -> None:
 
 
 def line_writer(logger: str) -> Callable[[str], None] | None:
-    """Where `logger`'s JSON lines may be written without a LogRecord: the handler
+    """Where `logger`'s JSON lines (info) may be written without a LogRecord: the handler
     configure_logging installed, when that logger is on and nothing else listens (elsewhere, as
     in tests, lines are records)."""
     root = logging.getLogger()

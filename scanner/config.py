@@ -18,6 +18,12 @@ DATASET = Kind("DATASET", Path)
 OUTPUTS = ("text", "json")
 
 
+class ScanCluster(ClusterFlags):
+    """The cluster a scan reads; where there is no kubeconfig, a snapshot will do."""
+
+    instead = ", or scan against a snapshot with --inventory FILE"
+
+
 def register(subparsers, epilog: str | None = None) -> None:
     add_command(
         subparsers, "scan", ScanConfig, "image_preflight.scanner.command",
@@ -39,7 +45,7 @@ class ScanConfig(Flags):
                                        help="node snapshot: kubectl get nodes -o json, crictl/docker images, "
                                        "NodeImages, `image-preflight inventory dump`, or references one per line "
                                        "(repeatable)", unset="read the cluster of the current kubeconfig context")
-    cluster: ClusterFlags = flags_of(ClusterFlags, when="without --inventory: ")
+    cluster: ClusterFlags = flags_of(ScanCluster, when="without --inventory: ")
     out_dir: Path | None = flag(None, kind=DIR, help="write each dataset's kept rows here, under its name",
                                 unset="none")
     report: Path | None = flag(None, kind=FILE, help="write every dropped row, and every row kept unconfirmed, as JSON",

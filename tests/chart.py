@@ -25,13 +25,15 @@ AGENT_NAMESPACE = "image-preflight-agent"
 WORKLOADS = frozenset({"Deployment", "DaemonSet"})
 # The values of a cluster whose faces run as the tests' own processes: no helm test there; the
 # agents' DaemonSet on no node unless a test labels one (a Pod there would only wait: no kubelet
-# runs it); no node restriction, which refuses the tests' agents their writes, as it should (their
-# tokens are bound to no Pod); and no restriction of the watchdog's writes, which the watchdog's
-# tests make in namespaces the running watchdog does not watch. tests/cluster/test_real_node_chart.py
-# shows both policies at work.
+# runs it); and no node restriction, which refuses the tests' agents their writes, as it should
+# (their tokens are bound to no Pod). tests/cluster/test_real_node_chart.py shows both policies at
+# work.
 API_ONLY = {"tests": {"enabled": False},
-            "agent": {"nodeSelector": {"image-preflight.test/agent": "true"}, "nodeRestriction": {"enabled": False}},
-            "watchdog": {"writeRestriction": {"enabled": False}}}
+            "agent": {"nodeSelector": {"image-preflight.test/agent": "true"}, "nodeRestriction": {"enabled": False}}}
+# The watchdog's write policy and binding, which the chart renders whenever the watchdog is
+# enabled: `apply` leaves them out unless asked, as the watchdog's tests act with its token in
+# namespaces the running watchdog does not watch (tests/cluster/test_cluster_policies.py applies them).
+WATCHDOG_POLICY = "image-preflight-watchdog-writes"
 
 
 def helm_binary(name: str = "helm") -> str:
@@ -94,11 +96,15 @@ def merged(*layers: Mapping) -> dict:
     return out
 
 
-def apply(plane, values: Mapping | None = None, *, workloads: bool = True, kinds: Sequence[str] = ()) -> list[dict]:
+def apply(plane, values: Mapping | None = None, *, workloads: bool = True, kinds: Sequence[str] = (),
+          watchdog_policy: bool = False) -> list[dict]:
     """The chart rendered with `values` and applied server-side as Helm would install it, less
-    its hooks and tests: the CRD first, the release namespace created. `workloads=False` leaves
-    out the Deployments and the DaemonSet; `kinds` keeps only those kinds. The objects applied."""
+    its hooks and tests, and less the watchdog's write policy unless `watchdog_policy`: the CRD
+    first, the release namespace created. `workloads=False` leaves out the Deployments and the
+    DaemonSet; `kinds` keeps only those kinds. The objects applied."""
     objects = render(values, hooks=False, crds=True)
+    if not watchdog_policy:
+        objects = [o for o in objects if o["metadata"]["name"] != WATCHDOG_POLICY]
     if not workloads:
         objects = [o for o in objects if o["kind"] not in WORKLOADS]
     if kinds:

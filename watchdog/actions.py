@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import time
 from dataclasses import dataclass
 
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
+from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION
 from image_preflight.core.watchdog import job_failure
 from image_preflight.core.watchdog.job_failure import AUDIT, AUDITED, EVENT_ONLY, FAILED, Action
+from image_preflight.core.watchdog.pull_failures import FAILED_SANDBOX, not_the_jobs_pod, sandbox_unconfirmed
 from image_preflight.core.watchdog.stalls import Stall
 from image_preflight.kube.status import status_message
 from image_preflight.kube.watch import describe_error
@@ -36,6 +39,7 @@ class Actions:
                  webhooks: frozenset[str] = frozenset()) -> None:
         self._batch = kubernetes.client.BatchV1Api(api)
         self._core = kubernetes.client.CoreV1Api(api)
+        self._custom = kubernetes.client.CustomObjectsApi(api)
         self.mode = mode
         self.instance = instance
         self.webhooks = webhooks  # whose denials fail a Job
@@ -47,6 +51,7 @@ class Actions:
         if owner is None or not owner.is_job:
             return self._pod_event(stall, waited_s)
         action = AUDITED if self.mode == AUDIT else FAILED
+        confirmation: list[str | None] = []  # the node's answer for a sandbox stall, asked once
         for _ in range(_CONFLICT_ATTEMPTS):
             try:
                 job = self._read_job(owner.name, stall.namespace)
@@ -57,8 +62,14 @@ class Actions:
             at = _now()
             content = job_failure.record(stall, action, at=at, waited_s=waited_s)
             reason = job_failure.skip_reason(job, owner.uid, self.mode)
+            if reason is None and stall.kind == "Pod":
+                reason = not_the_jobs_pod(job, dict(stall.labels))
             if reason is None and stall.denial is not None:
                 reason = self._unconfirmed(job)
+            if reason is None and stall.stuck is not None and stall.stuck.reason == FAILED_SANDBOX:
+                if not confirmation:
+                    confirmation.append(self._sandbox_unconfirmed(stall))
+                reason = confirmation[0]
             if reason is not None:
                 return Handled(Action.SKIPPED, reason, {**content, "action": Action.SKIPPED})
             try:
@@ -93,6 +104,36 @@ class Actions:
                 return f"not confirmed: a dry run of its Pod was refused otherwise ({exc.status}: {text[:200]})"
             raise
         return "not confirmed: a dry run of its Pod is admitted now"
+
+    def _sandbox_unconfirmed(self, stall: Stall) -> str | None:
+        """Why the node's own NodeImages does not confirm the sandbox stall, or None when it does.
+
+        The Event is anyone's word who may write Events in the Pod's namespace, and the Pod waiting
+        bound looks the same whatever it waits for (a volume, a NotReady node), so neither proves the
+        runtime lacks its sandbox image. The node's agent, alone allowed to write that node's
+        NodeImages, says what the runtime answered over CRI: that object must say the image is not
+        present, under a lease that still runs. One GET, of that node's object only, when the stall
+        falls due: a watch of every node's list would hold all of them (5,000 nodes' image lists) for
+        the rare sandbox stall. Without the node agent (no such object, or no CRD) a sandbox stall
+        fails no Job."""
+        if not stall.node:
+            return "not confirmed: the Pod names no node"
+        try:
+            response = self._custom.get_cluster_custom_object(GROUP, VERSION, PLURAL, stall.node,
+                                                              _preload_content=False, _request_timeout=_REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if exc.status == 404:
+                return f"not confirmed: node {stall.node} has no NodeImages (no node agent reports its runtime)"
+            raise
+        try:
+            node_images = json.loads(response.data)
+        except ValueError:
+            return f"not confirmed: node {stall.node}'s NodeImages is not JSON"
+        finally:
+            response.release_conn()
+        why = sandbox_unconfirmed(node_images if isinstance(node_images, dict) else {}, stall.node,
+                                  stall.stuck.image, time.time())
+        return None if why is None else f"not confirmed: {why}"
 
     def _read_job(self, name: str, namespace: str) -> dict:
         response = self._batch.read_namespaced_job(name, namespace, _preload_content=False,

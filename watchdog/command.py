@@ -8,6 +8,7 @@ import os
 import socket
 
 from image_preflight.core.watchdog.stalls import Stalls
+from image_preflight.kube.write_policies import require
 from image_preflight.service import Stops, configure_logging, serve_metrics, until_signalled
 from image_preflight.watchdog.actions import Actions
 from image_preflight.watchdog.config import WatchdogConfig
@@ -39,6 +40,11 @@ def start(config: WatchdogConfig, stops: Stops) -> Watchdog:
     returned Watchdog's run(stop)."""
     api = config.cluster.client()
     stops.add(api.close)  # last: after every watch on it
+    if config.write_policy is not None:
+        # RBAC grants the patch and the create cluster-wide; only the policy narrows them. Helm
+        # creates kinds it does not know after the workloads (pkg/releaseutil/kind_sorter.go), so
+        # at install the first start may come before the policy: the restart finds it.
+        require(api, config.write_policy, "its token may patch any Job and create Pods in any namespace")
     metrics = Metrics()
     stalls = Stalls(config.grace, include_always=config.include_always, webhooks=config.webhook_names)
     instance = os.environ.get("POD_NAME") or socket.gethostname()

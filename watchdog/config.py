@@ -43,6 +43,11 @@ class WatchdogConfig(Flags):
     webhook_names: frozenset[str] = flag(frozenset((WEBHOOK,)), kind=NAME, name="--webhook-name", repeat=True,
                                          collect=frozenset,
                                          help="whose denials in FailedCreate events fail the Job (repeatable)")
+    write_policy: str | None = flag(None, kind=NAME, unset="not checked",
+                                    help="start only while the ValidatingAdmissionPolicy of this name and the "
+                                    "binding of the same name (validationActions Deny) exist: the chart's keeps the "
+                                    "watchdog's cluster-wide Job patch and Pod create to the checked namespaces and "
+                                    "to what it changes")
     metrics_port: int = metrics_port_flag()
     host: str = flag("0.0.0.0", kind=ADDRESS, help="where /metrics listens")
     log_level: str = log_level_flag()

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from image_preflight.core.watchdog.job_failure import Action, kubelet_reason
 from image_preflight.core.objects import as_mapping, as_text
-from image_preflight.core.watchdog.stalls import JOB, POD, SANDBOX, Stall, Stalls, event_key, pod_key
+from image_preflight.core.watchdog.stalls import JOB, POD, REPORT, Stall, Stalls, event_key, pod_key
 from image_preflight.kube.watch import describe_error
 from image_preflight.watchdog.actions import Actions
 from image_preflight.watchdog.metrics import Metrics
@@ -75,7 +75,7 @@ class Watchdog:
 
     def replace_sandbox_events(self, events: Iterable[Mapping]) -> None:
         """A relist of the FailedCreatePodSandBox watch."""
-        self._replace(SANDBOX, events, event_key, self.upsert_event)
+        self._replace(REPORT, events, event_key, self.upsert_event)
 
     def upsert_event(self, event: Mapping) -> None:
         with self._changed:

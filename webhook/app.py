@@ -23,7 +23,8 @@ from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.admission.mutation import steer
 from image_preflight.webhook.metrics import Metrics
-from image_preflight.webhook.protocol import CLIENT_VERIFIED
+from image_preflight.webhook.protocol import CLIENT_NAMES, CLIENT_VERIFIED
+from image_preflight.webhook.tls import CallerNames
 
 MAX_BODY = 8 * 1024 * 1024
 DEFAULT_TIMEOUT = 10.0  # the apiserver's default timeoutSeconds
@@ -49,8 +50,10 @@ class WebhookState:
     metrics: Metrics
     # Writes a decision line directly (service.line_writer); None: through logging.
     write_decision: Callable[[str], None] | None = None
-    # Admission paths answer only callers whose certificate the TLS layer verified (--client-ca).
+    # Admission paths answer only callers whose certificate the TLS layer verified (--client-ca),
+    # and, when given, holds one of these names (--client-name).
     require_client_cert: bool = False
+    client_names: CallerNames = CallerNames()
 
 
 class _TooLarge(Exception):
@@ -82,6 +85,8 @@ class AdmissionEndpoint:
         if self.state.require_client_cert and not scope.get(CLIENT_VERIFIED):
             return await _reply(send, 401, _error("a client certificate from the configured CA is required"),
                                 close=True)
+        if self.state.client_names and not self.state.client_names.admit(scope.get(CLIENT_NAMES, ((), ()))):
+            return await _reply(send, 403, _error(_not_named(scope.get(CLIENT_NAMES, ((), ())))), close=True)
         content_type, declared = b"", b""
         for name, value in scope["headers"]:
             if name == b"content-type":
@@ -163,6 +168,13 @@ async def _read_body(receive, size: int = 0) -> bytes:
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def _not_named(found: tuple[tuple[str, ...], tuple[str, ...]]) -> str:
+    """Why a verified certificate is refused, in one line: the names it holds, none of them allowed."""
+    common, dns = found
+    held = ", ".join([*(f"CN {name!r}" for name in common), *(f"DNS {name!r}" for name in dns)]) or "no name"
+    return f"the client certificate ({held[:200]}) names no caller allowed by --client-name"
 
 
 def _dumps(value: object) -> bytes:

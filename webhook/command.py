@@ -4,22 +4,24 @@ The runner: webhook/config.py holds the flags and the config they map onto."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import ssl
 import time
+from collections.abc import Iterator
 
 import uvicorn
 from image_preflight.errors import InputError
 from image_preflight.service import Stops, configure_logging, line_writer, serve_metrics
 from image_preflight.webhook.app import WebhookState, create_app
 from image_preflight.webhook.config import ServeConfig
+from image_preflight.webhook.limits import connection_bound, raise_open_files_limit
 from image_preflight.webhook.live_inventory import FileInventory, LiveInventory
 from image_preflight.webhook.metrics import Metrics
 from image_preflight.webhook.protocol import DeadlineLoop, DeadlineProtocol
-from image_preflight.webhook.tls import ReloadingContext
+from image_preflight.webhook.tls import CallerNames, ReloadingContext
 
-
-# Far above what the apiserver's replicas keep open (Go's transport: a few per host).
-MAX_CONNECTIONS = 1024
+log = logging.getLogger(__name__)
 # uvicorn's `loop` setting takes a loop factory's import string.
 DEADLINE_LOOP = f"{DeadlineLoop.__module__}:{DeadlineLoop.__qualname__}"
 
@@ -32,6 +34,15 @@ class WebhookServer(uvicorn.Server):
         super().__init__(config)
         self.tls = tls
         self.background = background
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # uvicorn (server.py, Server.capture_signals) raises the SIGTERM or SIGINT it caught once
+        # more after serving, so that its default action ends the process: run()'s stop_background
+        # would never run, nor the last log lines ("Finished server process") leave the buffer.
+        with super().capture_signals():
+            yield
+            self._captured_signals.clear()
 
 
 def run(config: ServeConfig) -> int:
@@ -85,17 +96,28 @@ def _build_server(config: ServeConfig, tls: ReloadingContext, metrics: Metrics, 
         metrics=metrics,
         write_decision=line_writer("image_preflight.decision"),
         require_client_cert=config.client_ca is not None,
+        client_names=CallerNames(config.client_names),
     )
     tls.start()
     stops.add(tls.stop)
     serve_metrics(config.metrics_port, config.host, metrics.registry, stops)
-    return WebhookServer(_uvicorn_config(config, create_app(state), tls), tls, stops)
+    return WebhookServer(_uvicorn_config(config, create_app(state), tls, metrics), tls, stops)
 
 
-def _uvicorn_config(config: ServeConfig, app, tls: ReloadingContext) -> uvicorn.Config:
-    """uvicorn's settings, all of them here."""
+def _max_connections(config: ServeConfig) -> int:
+    bound = connection_bound(config.max_connections, raise_open_files_limit())
+    if bound < config.max_connections:
+        log.warning("holding at most %d connections, not %d: the open files limit (RLIMIT_NOFILE) leaves no more",
+                    bound, config.max_connections)
+    return bound
+
+
+def _uvicorn_config(config: ServeConfig, app, tls: ReloadingContext, metrics: Metrics) -> uvicorn.Config:
+    """uvicorn's settings, all of them here. No `limit_concurrency`: it answers 503 beyond its
+    bound while idle connections keep their places (webhook/protocol.py bounds the connections)."""
+    http = DeadlineProtocol.bounded(_max_connections(config), metrics.connections_evicted.inc)
     settings = uvicorn.Config(
-        app, host=config.host, port=config.port, http=DeadlineProtocol, loop=DEADLINE_LOOP, log_level=config.log_level,
+        app, host=config.host, port=config.port, http=http, loop=DEADLINE_LOOP, log_level=config.log_level,
         access_log=False, timeout_keep_alive=75, lifespan="off",
         log_config=None,  # keep the root handler configure_logging set up (dictConfig would close it)
         proxy_headers=False,  # the apiserver calls directly; forwarded headers would only be spoofable

@@ -10,7 +10,8 @@ from image_preflight.core.admission.settings import MODES, UNKNOWN_POLICIES, Mod
 from image_preflight.core.admission.steering import DEFAULT_MAX_NODES
 from image_preflight.core.decide.decision import REQUIRE_ALL, REQUIRE_ANY, Verdict
 from image_preflight.errors import UsageError
-from image_preflight.flags import ADDRESS, COUNT, FILE, PORT, SECONDS, SELECTOR, Flags, above, at_least, flag, flags_of
+from image_preflight.flags import (ADDRESS, COUNT, FILE, NAME, PORT, SECONDS, SELECTOR, Flags, above, at_least,
+                                   flag, flags_of)
 from image_preflight.kube.client import ClusterFlags
 from image_preflight.webhook.tls import DEFAULT_TLS_VERSION, TLS_VERSIONS
 
@@ -18,6 +19,10 @@ from image_preflight.webhook.tls import DEFAULT_TLS_VERSION, TLS_VERSIONS
 # watch itself tolerates (kube/watch.py, SILENCE_TIMEOUT_S beyond a watch's timeoutSeconds), so a
 # silent stream is replaced before the replica turns unready.
 MAX_INVENTORY_AGE_S = 600.0
+# Far above what the apiserver keeps open to a webhook (client-go/transport/cache.go keeps 25 idle
+# connections a host, and opens one more for each call made while all are busy), and within the
+# open files a Pod is given (webhook/limits.py).
+MAX_CONNECTIONS = 1024
 
 
 
@@ -38,6 +43,13 @@ class ServeConfig(Flags):
     client_ca: Path | None = flag(None, kind=FILE, unset="any caller",
                                   help="answer /validate and /mutate only for callers presenting a certificate from "
                                   "this CA (the apiserver's, from its AdmissionConfiguration kubeConfigFile)")
+    client_names: frozenset[str] = flag(frozenset(), kind=NAME, name="--client-name", repeat=True,
+                                        collect=frozenset, unset="any the --client-ca signed",
+                                        help="with --client-ca: answer /validate and /mutate only for a certificate "
+                                        "whose subject common name, or one of its DNS names, is NAME (repeatable)")
+    max_connections: int = flag(MAX_CONNECTIONS, kind=COUNT, check=at_least(1),
+                                help="the most connections held open, from their accept; one more closes the one "
+                                "idle longest, never one being answered")
     host: str = flag("0.0.0.0", kind=ADDRESS, help="where HTTPS and /metrics listen")
     port: int = flag(8443, kind=PORT, help="the HTTPS port (0: any free one)")
     metrics_port: int = metrics_port_flag()
@@ -67,6 +79,11 @@ class ServeConfig(Flags):
     def check(self) -> None:
         if self.inventory is not None and self.cluster.given:
             raise UsageError("--kubeconfig and --context watch the cluster: give them or --inventory, not both")
+        if self.client_names and self.client_ca is None:
+            # Without a CA nothing is verified: any caller could sign itself a certificate of any name.
+            raise UsageError("--client-name needs --client-ca: a name is believed only from a certificate it signed")
+        if "" in self.client_names:
+            raise UsageError("--client-name '': give a name")
 
     @property
     def settings(self) -> Settings:

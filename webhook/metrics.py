@@ -70,6 +70,10 @@ class Metrics:
             "image_preflight_watch_restarts", "Watch restarts (Nodes, NodeImages, RuntimeClasses) by reason",
             ["reason"], registry=self.registry
         )
+        self.connections_evicted = Counter(
+            "image_preflight_connections_evicted", "Connections closed to hold --max-connections: the one idle "
+            "longest, or a new one when every other was being answered", registry=self.registry
+        )
 
     def count(self, kind: str, operation: str, decision: str, seconds: float) -> None:
         """One review answered in `seconds`."""

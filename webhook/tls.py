@@ -38,6 +38,33 @@ def server_context(cert: Path, key: Path, *, min_version: str = DEFAULT_TLS_VERS
     return context
 
 
+def caller_names(peercert: dict) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A verified client certificate's subject common names, and its DNS names in lower case, from
+    the form ssl decodes it to (SSLSocket.getpeercert())."""
+    common = tuple(value for rdn in peercert.get("subject", ()) for key, value in rdn if key == "commonName")
+    dns = tuple(value.lower() for key, value in peercert.get("subjectAltName", ()) if key == "DNS")
+    return common, dns
+
+
+class CallerNames:
+    """--client-name: the names of which a caller's certificate must hold one, as its subject's
+    common name (compared exactly, as the apiserver reads a client certificate's user name,
+    staging/src/k8s.io/apiserver/pkg/authentication/request/x509/x509.go, CommonNameUserConversion)
+    or as a DNS subject alternative name (compared without case, as DNS names are: RFC 4343;
+    no wildcards). Empty: any name."""
+
+    def __init__(self, names=()) -> None:
+        self.names = frozenset(names)
+        self._dns = frozenset(name.lower() for name in self.names)
+
+    def __bool__(self) -> bool:
+        return bool(self.names)
+
+    def admit(self, found: tuple[tuple[str, ...], tuple[str, ...]]) -> bool:
+        common, dns = found
+        return not self.names or not self.names.isdisjoint(common) or not self._dns.isdisjoint(dns)
+
+
 class ReloadingContext:
     def __init__(self, cert: Path, key: Path, *, interval: float = 10.0, min_version: str = DEFAULT_TLS_VERSION,
                  client_ca: Path | None = None) -> None:

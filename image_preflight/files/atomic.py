@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from image_preflight.errors import InputError
@@ -60,6 +60,17 @@ def write_atomic(path: Path, data: bytes | str, mode: int | None = None) -> None
     """Replace `path` with `data` (str is written as UTF-8) in one step."""
     with atomic_path(path, mode) as tmp:
         Path(tmp).write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+def write_all_atomic(files: Sequence[tuple[Path, bytes, int | None]]) -> None:
+    """Replace every (path, data, mode) in the order given, none until all are written beside
+    their targets: one that cannot be written leaves every file as it was."""
+    with ExitStack() as staged:
+        for path, data, mode in reversed(files):  # the last staged is the first replaced
+            with open(staged.enter_context(atomic_path(path, mode)), "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())  # a full disk shows here, before the first file is replaced
 
 
 def _why(exc: OSError) -> str:

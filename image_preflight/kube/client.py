@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from image_preflight.errors import InputError
 from image_preflight.flags import FILE, NAME, Flags, flag
@@ -25,36 +25,58 @@ class ClusterFlags(Flags):
     kubeconfig: Path | None = flag(None, kind=FILE, help="as kubectl's",
                                    unset="in a pod its service account, else $KUBECONFIG or ~/.kube/config")
     context: str | None = flag(None, kind=NAME, help="a context of the kubeconfig", unset="its current one")
+    # What else the command could be given when there is no kubeconfig (", or --inventory FILE").
+    instead: ClassVar[str] = ""
 
     @property
     def given(self) -> bool:
         return self.kubeconfig is not None or self.context is not None
 
     def client(self) -> ApiClient:
-        return api_client(self.kubeconfig, context=self.context)
+        return api_client(self.kubeconfig, context=self.context, instead=self.instead)
 
 
-def api_client(kubeconfig: Path | None, *, context: str | None = None) -> ApiClient:
+def default_kubeconfig() -> list[Path]:
+    """The files kubectl reads without --kubeconfig, as client-go's
+    NewDefaultClientConfigLoadingRules (tools/clientcmd/loader.go) lists them: those $KUBECONFIG
+    names (a path list), else ~/.kube/config. Of them, Load merges the ones that exist."""
+    listed = [Path(part) for part in os.environ.get("KUBECONFIG", "").split(os.pathsep) if part]
+    return listed or [Path.home() / ".kube" / "config"]
+
+
+def api_client(kubeconfig: Path | None, *, context: str | None = None, instead: str = "") -> ApiClient:
     """As kubectl chooses: `kubeconfig` if given; else the pod's service account when in a
     cluster; else the default kubeconfig ($KUBECONFIG or ~/.kube/config). `context` picks a
     context of the kubeconfig instead of its current one. InputError, naming the kubeconfig,
-    when it cannot be used."""
+    when it cannot be used; where none exists, `instead` ends the message (what else to give)."""
+    in_cluster = kubeconfig is None and context is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     if kubeconfig is not None:
         # As kubectl (client-go's ClientConfigLoadingRules.Load): an explicit file must exist.
         try:
             kubeconfig.stat()
         except OSError as exc:
             raise InputError(f"{kubeconfig}: cannot read the kubeconfig ({exc.strerror or exc})") from None
+        where = config_file = str(kubeconfig)
+    elif not in_cluster:
+        files = default_kubeconfig()
+        # The list as read now: the client's own default was read from $KUBECONFIG when imported.
+        where = config_file = os.pathsep.join(map(str, files))
+        if not any(path.is_file() for path in files):
+            # kubectl, finding none, says "no configuration has been provided" (clientcmd's
+            # ErrEmptyConfig); this names where it looked.
+            source = "$KUBECONFIG" if os.environ.get("KUBECONFIG") else "the default kubeconfig, $KUBECONFIG unset"
+            raise InputError(f"{', '.join(map(str, files))}: no such file ({source}): no configuration has been "
+                             f"provided; give --kubeconfig FILE{instead}")
+    else:
+        where = "in-cluster service account"
     from kubernetes import client, config
 
-    in_cluster = kubeconfig is None and context is None and bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
     try:
         if in_cluster:
             configuration = client.Configuration()
             config.load_incluster_config(client_configuration=configuration)
             return client.ApiClient(configuration)
-        return config.new_client_from_config(config_file=str(kubeconfig) if kubeconfig else None, context=context)
+        return config.new_client_from_config(config_file=config_file, context=context)
     except Exception as exc:  # the client raises several types for a bad or absent config
-        where = kubeconfig or ("in-cluster service account" if in_cluster else "default kubeconfig")
         detail = " ".join(str(exc).split())
         raise InputError(f"{where}: cannot configure the Kubernetes client ({detail})") from None

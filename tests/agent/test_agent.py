@@ -306,9 +306,13 @@ def test_the_daemonset_runs_the_agent_on_the_mounted_socket_and_nothing_else_fro
 
 
 def test_the_agent_may_touch_nodeimages_and_nothing_else():
-    # What agent/publisher.py calls, and no more: no list or watch of other nodes' lists, no patch.
-    (rule,) = manifest("ClusterRole")["rules"]
+    # What agent/publisher.py calls, and no more: no list or watch of other nodes' lists, no patch;
+    # and its write policy and binding, read by name at start (--write-policy).
+    rule, policy = manifest("ClusterRole")["rules"]
     assert rule == {"apiGroups": [GROUP], "resources": [PLURAL], "verbs": ["get", "create", "update"]}
+    assert policy == {"apiGroups": ["admissionregistration.k8s.io"],
+                      "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+                      "resourceNames": ["image-preflight-agent-own-node"], "verbs": ["get"]}
     binding = manifest("ClusterRoleBinding")
     account = manifest("ServiceAccount")["metadata"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}]

@@ -29,6 +29,8 @@ def test_the_flags_map_onto_the_config(monkeypatch):
     ({"exit_after_failures": -1}, "--exit-after-failures -1: must be 0 or more"),
     ({"pin_needed_images": "needed"}, "--pin-needed-images: 'needed' is not NAMESPACE/NAME"),
     ({"publish": False, "pin_needed_images": "ns/needed"}, "--pin-needed-images: pins only with --publish"),
+    ({"publish": False, "write_policy": "image-preflight-agent-own-node"},
+     "--write-policy: checked only with --publish, which writes"),
 ])
 def test_the_config_names_the_flag_it_refuses(options, message):
     with pytest.raises(UsageError, match="^" + re.escape(message)):

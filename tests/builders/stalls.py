@@ -1,23 +1,30 @@
-"""Pods, Events and Jobs, as the watchdog reads them."""
+"""Pods, Events, Jobs and NodeImages, as the watchdog reads them."""
 
 from __future__ import annotations
 
+from image_preflight.core.sources.runtime_lists import runtime_object
 
 NS = "rollouts"
 JOB_OWNER = {"apiVersion": "batch/v1", "kind": "Job", "name": "agl-rollout-1", "uid": "job-uid", "controller": True,
              "blockOwnerDeletion": True}
+# The labels the apiserver gives a Job's Pod template (pkg/registry/batch/job/strategy.go,
+# generateSelector), and the selector it generates from them.
+JOB_POD_LABELS = {"batch.kubernetes.io/controller-uid": "job-uid", "controller-uid": "job-uid",
+                  "batch.kubernetes.io/job-name": "agl-rollout-1", "job-name": "agl-rollout-1", "app": "agl-rollout"}
+JOB_SELECTOR = {"matchLabels": {"batch.kubernetes.io/controller-uid": "job-uid"}}
 
 
 def waiting_pod(*, reason: str | None = "ErrImageNeverPull", image: str = "swe/task:openai", policy: str | None = "IfNotPresent",
         uid: str = "pod-uid", namespace: str = NS, owner: dict | None = JOB_OWNER, init: bool = False,
-        **metadata) -> dict:
+        labels: dict | None = JOB_POD_LABELS, **metadata) -> dict:
     container = {"name": "agent", "image": image, **({"imagePullPolicy": policy} if policy else {})}
     state = {"waiting": {"reason": reason, "message": f"kubelet says {reason}"}} if reason else {"running": {}}
     status = {"name": "agent", "image": image, "state": state}
     key = "initContainerStatuses" if init else "containerStatuses"
     return {
         "metadata": {"name": "agl-rollout-1-abcde", "namespace": namespace, "uid": uid,
-                     "ownerReferences": [owner] if owner else [], **metadata},
+                     "ownerReferences": [owner] if owner else [], **({"labels": dict(labels)} if labels else {}),
+                     **metadata},
         "spec": {"nodeName": "cpu-a", ("initContainers" if init else "containers"): [container],
                  **({"containers": [{"name": "main", "image": "x:1"}]} if init else {})},
         "status": {"phase": "Pending", key: [status]},
@@ -68,6 +75,33 @@ def sandbox_event(message: str = SANDBOX_MESSAGES["containerd 2.3 Start"], *, ui
                                "apiVersion": "v1", "resourceVersion": "812"},
             "reason": reason, "message": message, "source": {"component": "kubelet", "host": "cpu-a"},
             "reportingComponent": "kubelet", "type": "Warning", "count": 3}
+
+
+SANDBOX_IMAGE = "registry.k8s.io/pause:3.10.1"  # as SANDBOX_MESSAGES["containerd 2.3 Start"] names it
+
+
+def node_images(node: str = "cpu-a", *, present: bool | None = False, image: str = SANDBOX_IMAGE,
+                observed_at: float = 1_000_000.0, lease_seconds: int = 300) -> dict:
+    """The node agent's NodeImages for `node`, saying whether its runtime holds `image` as its
+    sandbox image (None: the runtime did not name one)."""
+    sandbox = None if present is None else {"name": image, "present": present}
+    return runtime_object(node, [{"id": "sha256:" + "a" * 64, "repoTags": ["docker.io/library/x:1"]}],
+                          observed_at=observed_at, lease_seconds=lease_seconds, sandbox_image=sandbox)
+
+
+def kubelet_event(pod, node: str, message: str, *, in_namespace: str | None = None,
+                  now: str = "2026-11-30T00:00:00Z") -> dict:
+    """The core/v1 Event the kubelet's legacy recorder writes for a failed RunPodSandbox of `pod`
+    (a V1Pod), to create in `in_namespace` (the Pod's unless given), which it also names as the
+    Pod's: legacyValidateEvent holds involvedObject.namespace to the Event's own."""
+    namespace = in_namespace or pod.metadata.namespace
+    return {
+        "metadata": {"generateName": f"{pod.metadata.name}.", "namespace": namespace},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": pod.metadata.name, "namespace": namespace,
+                           "uid": pod.metadata.uid},
+        "reason": "FailedCreatePodSandBox", "message": message, "type": "Warning",
+        "source": {"component": "kubelet", "host": node}, "reportingComponent": "kubelet",
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1}
 
 
 def unstarted(**changes) -> dict:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import errno
+import os
 import shutil
 import socket
 import ssl
@@ -21,6 +23,8 @@ from cryptography.x509.verification import DNSName, PolicyBuilder, Store, Verifi
 from image_preflight.certs.authority import service_dns_names
 from image_preflight.certs.store import CertRequest, ensure_certificates
 from image_preflight.cli import main
+from image_preflight.errors import InputError
+from image_preflight.files import atomic
 
 SERVICE, NAMESPACE = "preflight", "ops"
 HOST = f"{SERVICE}.{NAMESPACE}.svc"
@@ -437,11 +441,11 @@ def test_patch_webhook_errors_name_the_file_and_leave_it_alone(capsys, tmp_path,
 
     code, _, err = run_certs(capsys, tmp_path / "certs", "--patch-webhook", str(manifest))
 
-    error = err.splitlines()[-1]  # after the certificate report lines
+    (error,) = err.splitlines()  # decided before anything is written: no certificate reported
     assert code == 2
     assert error.startswith(f"image-preflight certs: {manifest}: ") and message in error
-    assert "Traceback" not in err
     assert manifest.read_text() == content
+    assert not (tmp_path / "certs").exists()
 
 
 def test_patch_webhook_missing_file_fails_before_writing_certificates(capsys, tmp_path):
@@ -450,3 +454,40 @@ def test_patch_webhook_missing_file_fails_before_writing_certificates(capsys, tm
     assert code == 2 and str(tmp_path / "absent.yaml") in err
     assert not (tmp_path / "certs").exists()
 
+
+
+@pytest.mark.parametrize("flag, value, said", [
+    ("--days", "3000000", "--days 3000000: must be 36500 (100 years) or less"),
+    ("--days", "99999999999999", "--days 99999999999999: must be 36500 (100 years) or less"),
+    ("--ca-days", "99999999999999", "--ca-days 99999999999999: must be 36500 (100 years) or less"),
+    ("--renew-before", "99999999999999", "--renew-before 99999999999999: must be 36500 (100 years) or less"),
+])
+def test_a_lifetime_past_a_hundred_years_is_refused_in_one_line_and_writes_nothing(capsys, tmp_path, flag, value,
+                                                                                   said):
+    code, out, err = run_certs(capsys, tmp_path / "certs", flag, value)
+
+    assert (code, out, err) == (2, "", f"image-preflight certs: {said}\n")
+    assert not (tmp_path / "certs").exists()
+
+
+@pytest.mark.parametrize("lifetimes", [{"days": 3_000_000}, {"ca_days": 3_000_000}, {"days": 10**12}])
+def test_a_certificate_that_cannot_be_made_leaves_the_folder_as_it_was(tmp_path, lifetimes):
+    """All four files are decided before any is written: a CA is not left without its serving pair."""
+    with pytest.raises(InputError, match=r"^.*: --(ca-)?days \d+: the certificate would end after 9999-12-31$"):
+        ensure_certificates(tmp_path, CertRequest(SERVICE, NAMESPACE, **lifetimes), dt.datetime.now(dt.timezone.utc))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_that_cannot_be_written_leaves_the_others_unwritten_too(capsys, tmp_path, monkeypatch):
+    synced = []
+
+    def fsync(fd: int) -> None:  # the third of the four files finds the disk full
+        synced.append(fd)
+        if len(synced) == 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(atomic.os, "fsync", fsync)
+    code, _, err = run_certs(capsys, tmp_path)
+
+    assert code == 2 and err.count("\n") == 1 and err.endswith(": cannot write (No space left on device)\n"), err
+    assert list(tmp_path.iterdir()) == []

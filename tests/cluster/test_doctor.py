@@ -30,13 +30,19 @@ from image_preflight.doctor.gc import grant_proxy
 
 ROLLOUTS = "rollouts"
 FILLER = [[f"docker.io/library/filler-{n}:v1"] for n in range(60)]
+# Both write policies, as an install has them: this cluster's agents and watchdog never write.
+GUARDED = {"agent": {"nodeRestriction": {"enabled": True}}}
+
+
+def _apply_chart(plane, webhook_certs) -> None:
+    apply(plane, merged(API_ONLY, secret_values(webhook_certs), GUARDED), watchdog_policy=True)
 
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory, webhook_certs):  # noqa: F811 - fixture
     """A cluster of this module's own: the doctor reads every node and namespace in it."""
     with running_control_plane(tmp_path_factory.mktemp("doctor-controlplane")) as started:
-        apply(started, merged(API_ONLY, secret_values(webhook_certs)))
+        _apply_chart(started, webhook_certs)
         core = started.core()
         core.create_namespace({"metadata": {"name": ROLLOUTS, "labels": ENFORCE_LABEL}})
         core.create_namespace({"metadata": {"name": "elsewhere"}})
@@ -246,12 +252,62 @@ def test_no_webhook_configuration(plane, served, capsys, webhook_certs):  # noqa
     try:
         code, lines = doctor(plane, served, capsys)
     finally:
-        apply(plane, merged(API_ONLY, secret_values(webhook_certs)))
+        _apply_chart(plane, webhook_certs)
     assert code == 1
     assert _problems(lines)[0] == ("problem: no ValidatingWebhookConfiguration holds the webhook "
                                    "validate.image-preflight.io: nothing is checked; fix: helm install "
                                    "image-preflight deploy/chart/image-preflight --namespace image-preflight "
                                    "--create-namespace")
+
+
+def test_the_write_policies_of_the_agent_and_the_watchdog_each_with_the_upgrade_that_restores_them(
+        plane, served, capsys, webhook_certs):  # noqa: F811 - fixture
+    code, lines = doctor(plane, served, capsys)
+    for name, face in (("image-preflight-agent-own-node", "the node agent"),
+                       ("image-preflight-watchdog-writes", "the watchdog")):
+        assert (f"ok: ValidatingAdmissionPolicy {name} and its binding (Deny) keep {face}'s writes to its own"
+                in lines), lines
+    admission = plane.kubectl
+    admission("delete", "validatingadmissionpolicybinding", "image-preflight-watchdog-writes")
+    admission("patch", "validatingadmissionpolicybinding", "image-preflight-agent-own-node", "--type=merge",
+              "-p", '{"spec": {"validationActions": ["Warn"]}}')
+    try:
+        code, lines = doctor(plane, served, capsys)
+    finally:
+        # validationActions is a set: applied again, it would keep the patch's Warn beside Deny.
+        admission("delete", "validatingadmissionpolicybinding", "image-preflight-agent-own-node")
+        _apply_chart(plane, webhook_certs)
+    assert code == 1
+    assert _problems(lines) == [
+        "problem: the node agent's writes are unguarded: ValidatingAdmissionPolicyBinding "
+        "image-preflight-agent-own-node has validationActions [Warn], without Deny, so any agent's token may write "
+        "every node's NodeImages; fix: helm upgrade image-preflight "
+        "deploy/chart/image-preflight --namespace image-preflight --reuse-values --set agent.nodeRestriction.enabled=true",
+        "problem: the watchdog's writes are unguarded: ValidatingAdmissionPolicyBinding image-preflight-watchdog-writes "
+        "does not exist, so its token may patch any Job and create Pods in any namespace (and it does not start); "
+        "fix: helm upgrade image-preflight deploy/chart/image-preflight "
+        "--namespace image-preflight --reuse-values"]
+    assert doctor(plane, served, capsys)[0] == 0  # the upgrade's objects, applied again
+
+
+def test_a_write_policy_is_judged_only_where_its_face_is_installed_or_cannot_be_told():
+    from image_preflight.doctor.findings import OK, PROBLEM, SKIPPED, WRITE_POLICIES, write_policy
+
+    agent, watchdog = WRITE_POLICIES
+    policy = {"metadata": {"name": watchdog.name}}
+    binding = {"spec": {"policyName": watchdog.name, "validationActions": ["Deny", "Audit"]}}
+    assert [f.status for f in write_policy(watchdog, True, (policy, binding), "ns")] == [OK]
+    assert write_policy(watchdog, False, (None, None), "ns") == []  # not installed: nothing to guard
+    (unknown,) = write_policy(watchdog, None, (None, None), "ns")
+    assert unknown.status == SKIPPED and "ClusterRole image-preflight-watchdog is not readable" in unknown.text
+    (unread,) = write_policy(agent, True, "validatingadmissionpolicies.admissionregistration.k8s.io x: HTTP 403", "ns")
+    assert unread.status == SKIPPED and "HTTP 403" in unread.text
+    (missing,) = write_policy(agent, True, (None, None), "ns")
+    assert missing.status == PROBLEM and "ValidatingAdmissionPolicy image-preflight-agent-own-node does not exist" in missing.text
+    assert missing.fix.startswith("helm upgrade image-preflight deploy/chart/image-preflight --namespace ns ")
+    (elsewhere,) = write_policy(watchdog, True, (policy, {"spec": {"policyName": "other", "validationActions": ["Deny"]}}),
+                                "ns")
+    assert "binds policy other, not image-preflight-watchdog-writes" in elsewhere.text
 
 
 def test_a_cluster_that_cannot_be_read_exits_2_with_one_line(tmp_path, capsys):

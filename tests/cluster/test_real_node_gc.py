@@ -131,7 +131,7 @@ def test_a_pinned_needed_image_survives_the_kubelets_image_gc_and_the_unpinned_o
         wait_for(lambda: "lists 2 needed images" in log.read_text()[len(before):], "the restarted agent reads the list")
         time.sleep(6)  # a periodic cycle more
         again = log.read_text()[len(before):]
-        said = [json.loads(line)["message"] for line in again.splitlines() if line.startswith('{"level"')]
+        said = [json.loads(line)["message"] for line in again.splitlines() if line.startswith('{"time"')]
         assert said and not [m for m in said if re.match(r"(un)?pinned ", m)], again
         assert pinned(stack) == {KEEP, DROP, PAUSE_NAME}
         report = doctor(stack)

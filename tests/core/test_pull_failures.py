@@ -13,12 +13,28 @@ from image_preflight.core.watchdog.pull_failures import (
     awaiting_sandbox,
     controller_of,
     finished,
+    not_the_jobs_pod,
     sandbox_image_missing,
+    sandbox_unconfirmed,
+    selects,
     stuck_containers,
     webhook_denial,
 )
 from image_preflight.core.watchdog.stalls import Stalls
-from tests.builders.stalls import JOB_OWNER, NS, SANDBOX_MESSAGES, WEBHOOKS, failed_create, sandbox_event, unstarted, waiting_pod as pod
+from tests.builders.stalls import (
+    JOB_OWNER,
+    JOB_POD_LABELS,
+    JOB_SELECTOR,
+    NS,
+    SANDBOX_IMAGE,
+    SANDBOX_MESSAGES,
+    WEBHOOKS,
+    failed_create,
+    node_images,
+    sandbox_event,
+    unstarted,
+    waiting_pod as pod,
+)
 
 
 # --- which containers are stuck (pkg/kubelet/images/types.go reasons) ------------------------------
@@ -199,7 +215,8 @@ def test_a_denial_is_due_at_once_and_once_per_job():
 def job(**changes) -> dict:
     base = {"metadata": {"name": "agl-rollout-1", "namespace": NS, "uid": "job-uid", "resourceVersion": "42",
                          "annotations": {}},
-            "spec": {"backoffLimit": 0}, "status": {"startTime": "2026-11-30T00:00:00Z", "active": 1}}
+            "spec": {"backoffLimit": 0, "selector": JOB_SELECTOR},
+            "status": {"startTime": "2026-11-30T00:00:00Z", "active": 1}}
     for key, value in changes.items():
         base[key] = {**base[key], **value}
     return base
@@ -354,7 +371,7 @@ def test_relists_forget_the_reports_and_pods_they_no_longer_hold():
     memory.replace("job/", [])  # the FailedCreate watch's relist leaves the sandbox reports alone
     memory.replace("pod/", ["pod/pod-uid"])
     assert [s.key for s in memory.take_due(100.0, {NS})] == ["sandbox/pod-uid"]
-    for relist in ("sandbox/", "pod/"):
+    for relist in ("report/", "pod/"):
         memory = stalls()
         memory.see_pod(unstarted(), now=0.0)
         memory.see_event(sandbox_event(), now=0.0)
@@ -414,3 +431,136 @@ def test_events_the_watchdog_does_not_act_on_are_not_judged():
     memory = Stalls(grace=15.0, webhooks=WEBHOOKS)
     other = {**failed_create(webhook="someone-elses.example"), "metadata": {"name": "x", "namespace": "elsewhere"}}
     assert memory.see_event(other, now=0.0) is None
+
+
+# --- a sandbox report counts only for the very Pod it names, and only as its node confirms -------------
+
+
+def _elsewhere(**involved) -> dict:
+    """A FailedCreatePodSandBox written in a namespace its writer owns, naming that namespace (so
+    untrusted() lets it pass) and the uid of a Pod in another."""
+    event = sandbox_event()
+    return {**event, "metadata": {"name": "forged", "namespace": "attacker", "uid": "forged-uid"},
+            "involvedObject": {**event["involvedObject"], "namespace": "attacker", **involved}}
+
+
+@pytest.mark.parametrize("pod_first", [True, False])
+def test_a_sandbox_report_from_another_namespace_naming_a_pods_uid_never_makes_it_due(pod_first):
+    memory = stalls()
+    if pod_first:
+        memory.see_pod(unstarted(), now=0.0)
+        assert memory.see_event(_elsewhere(), now=1.0) == (
+            "Event in attacker names Pod attacker/agl-rollout-1-abcde uid pod-uid, which is Pod "
+            "rollouts/agl-rollout-1-abcde")
+    else:
+        assert memory.see_event(_elsewhere(), now=1.0) is None  # the Pod unknown yet: kept by what it names
+        memory.see_pod(unstarted(), now=2.0)
+    assert memory.take_due(1000.0, {NS, "attacker"}) == [] and len(memory) == 0
+
+
+@pytest.mark.parametrize("involved", [{"name": "another-pod"}, {"namespace": "attacker"}])
+def test_a_sandbox_report_in_the_pods_namespace_naming_another_name_or_namespace_is_not_about_it(involved):
+    memory = stalls()
+    memory.see_pod(unstarted(), now=0.0)
+    event = sandbox_event()
+    event = {**event, "involvedObject": {**event["involvedObject"], **involved}}
+    memory.see_event(event, now=0.0)  # another namespace named: untrusted(); another name: not_about()
+    assert memory.take_due(1000.0, {NS, "attacker"}) == []
+
+
+def test_a_report_from_elsewhere_neither_delays_nor_cancels_the_pods_own():
+    memory = stalls()
+    memory.see_pod(unstarted(), now=0.0)
+    memory.see_event(_elsewhere(), now=1.0)
+    memory.see_event(sandbox_event(), now=5.0)
+    memory.forget_event(_elsewhere())  # the forgery deleted
+    memory.replace("report/", ["report/rollouts/agl-rollout-1-abcde/pod-uid"])
+    (due,) = memory.take_due(20.0, {NS})
+    assert (due.key, due.since) == ("sandbox/pod-uid", 5.0)
+
+
+def test_a_sandbox_stall_names_the_pods_node_and_labels_never_the_events_host():
+    memory = stalls(grace=0)
+    memory.see_pod(unstarted(), now=0.0)
+    event = sandbox_event()
+    memory.see_event({**event, "source": {"component": "kubelet", "host": "victim-node"}}, now=0.0)
+    (due,) = memory.take_due(0.0, {NS})
+    assert due.node == "cpu-a" and dict(due.labels) == JOB_POD_LABELS
+
+
+def test_a_pod_stall_carries_the_pods_labels():
+    memory = stalls(grace=0)
+    memory.see_pod(pod(), now=0.0)
+    (due,) = memory.take_due(0.0, {NS})
+    assert dict(due.labels) == JOB_POD_LABELS
+
+
+NOW = 1_000_100.0  # within node_images()' lease (observed 1,000,000, 300 s)
+
+
+@pytest.mark.parametrize("obj,image,why", [
+    (node_images(), SANDBOX_IMAGE, None),
+    # The runtime's configuration and containerd's quote may spell the name differently.
+    (node_images(image="registry.k8s.io/pause:3.10.1"), "registry.k8s.io/pause:3.10.1", None),
+    (node_images(image="pause:3.6"), "docker.io/library/pause:3.6", None),
+    (node_images(present=True), SANDBOX_IMAGE,
+     f"node cpu-a's NodeImages says its runtime holds its sandbox image {SANDBOX_IMAGE}"),
+    (node_images(present=None), SANDBOX_IMAGE,
+     "node cpu-a's NodeImages does not say whether its runtime holds its sandbox image"),
+    (node_images(image="registry.k8s.io/pause:3.9"), SANDBOX_IMAGE,
+     f"node cpu-a's NodeImages says its runtime lacks sandbox image registry.k8s.io/pause:3.9, not {SANDBOX_IMAGE}"),
+    (node_images(observed_at=NOW - 400), SANDBOX_IMAGE,
+     "node cpu-a's NodeImages is not current (observed 1970-01-12T13:41:40Z, lease until 1970-01-12T13:46:40Z)"),
+    (node_images(observed_at=NOW + 3600), SANDBOX_IMAGE,  # a clock far ahead keeps no list current
+     "node cpu-a's NodeImages is not current (observed 1970-01-12T14:48:20Z, lease until 1970-01-12T14:53:20Z)"),
+    (node_images("cpu-b"), SANDBOX_IMAGE, "NodeImages cpu-b speaks for node cpu-b, not cpu-a"),
+    ({"metadata": {"name": "cpu-a"}, "spec": {"nodeName": "cpu-a"}}, SANDBOX_IMAGE,
+     "node cpu-a's NodeImages cannot be read (spec.observedAt: missing or not an RFC 3339 time)"),
+    ({}, SANDBOX_IMAGE, "node cpu-a's NodeImages cannot be read (spec: missing)"),
+])
+def test_only_the_nodes_own_current_nodeimages_saying_the_sandbox_image_absent_confirms_it(obj, image, why):
+    assert sandbox_unconfirmed(obj, "cpu-a", image, NOW) == why
+
+
+# --- whose Pod it is: the Job's uid label and its selector -------------------------------------------
+
+
+@pytest.mark.parametrize("selector,labels,selected", [
+    (None, {"a": "1"}, False),  # null selects nothing (labels.Nothing)
+    ({}, {"a": "1"}, True),  # empty selects everything (labels.Everything)
+    ({"matchLabels": {"a": "1"}}, {"a": "1", "b": "2"}, True),
+    ({"matchLabels": {"a": "1"}}, {"a": "2"}, False),
+    ({"matchLabels": {"a": "1"}}, {}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1", "2"]}]}, {"a": "2"}, True),
+    ({"matchExpressions": [{"key": "a", "operator": "In", "values": ["1"]}]}, {}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {}, True),  # absent: not in
+    ({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["1"]}]}, {"a": "1"}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, {"a": ""}, True),
+    ({"matchExpressions": [{"key": "a", "operator": "Exists"}]}, {}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, {}, True),
+    ({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}, {"a": "1"}, False),
+    ({"matchLabels": {"a": "1"}, "matchExpressions": [{"key": "b", "operator": "Exists"}]}, {"a": "1"}, False),
+    # What LabelSelectorAsSelector refuses selects nothing.
+    ({"matchExpressions": [{"key": "a", "operator": "Equals", "values": ["1"]}]}, {"a": "1"}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "In", "values": []}]}, {"a": "1"}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "NotIn"}]}, {}, False),
+    ({"matchExpressions": [{"key": "a", "operator": "Exists", "values": ["1"]}]}, {"a": "1"}, False),
+    ({"matchLabels": "a=1"}, {"a": "1"}, False),
+])
+def test_a_label_selector_selects_as_apimachinery_reads_it(selector, labels, selected):
+    assert selects(selector, labels) is selected
+
+
+@pytest.mark.parametrize("labels,selector,why", [
+    (JOB_POD_LABELS, JOB_SELECTOR, None),
+    ({"controller-uid": "job-uid"}, {"matchLabels": {"controller-uid": "job-uid"}}, None),  # before 1.27
+    # A bare Pod whose ownerReference names the Job, without the Job's labels.
+    ({"app": "agl-rollout"}, JOB_SELECTOR, "not its Job's Pod: no batch.kubernetes.io/controller-uid label"),
+    ({**JOB_POD_LABELS, "batch.kubernetes.io/controller-uid": "another-job"}, JOB_SELECTOR,
+     "not its Job's Pod: its controller-uid label is 'another-job', not the Job's uid job-uid"),
+    (JOB_POD_LABELS, {"matchLabels": {"batch.kubernetes.io/controller-uid": "job-uid", "extra": "x"}},
+     "not its Job's Pod: the Job's selector does not select it"),
+    (JOB_POD_LABELS, None, "not its Job's Pod: the Job's selector does not select it"),
+])
+def test_a_pod_is_its_jobs_only_with_the_jobs_uid_label_and_selected_by_the_jobs_selector(labels, selector, why):
+    assert not_the_jobs_pod(job(spec={"selector": selector}), labels) == why

@@ -875,11 +875,50 @@ def test_the_node_restriction_policy_binds_the_agents_writes_to_their_nodes():
     (condition,) = policy["spec"]["matchConditions"]
     assert condition["expression"] == f"request.userInfo.username == \"system:serviceaccount:{AGENT_NAMESPACE}:image-preflight-agent\""
     assert "authentication.kubernetes.io/node-name" in policy["spec"]["variables"][0]["expression"]
+    # A Pod-bound token only, and spec.nodeName checked too (a DELETE's from oldObject): its effect
+    # on the real apiserver, tests/cluster/test_cluster_agent_policy.py.
+    variables = " ".join(v["expression"] for v in policy["spec"]["variables"])
+    assert "authentication.kubernetes.io/pod-name" in variables and "oldObject" in variables
+    assert "spec.nodeName" in variables
     assert policy["spec"]["failurePolicy"] == "Fail"
     binding = _one(documents, "ValidatingAdmissionPolicyBinding", "image-preflight-agent-own-node")
     assert binding["spec"] == {"policyName": "image-preflight-agent-own-node", "validationActions": ["Deny"]}
     off = _docs_with({"agent": {"nodeRestriction": {"enabled": False}}})
     assert not [d for d in off if d["kind"].startswith("ValidatingAdmissionPolicy") and "own-node" in d["metadata"]["name"]]
+
+
+@pytest.mark.parametrize("helm", ["helm", "helm4"])
+def test_the_watchdogs_write_policy_cannot_be_turned_off_while_the_watchdog_runs(helm):
+    """Its ClusterRole patches Jobs and creates Pods cluster-wide: without the policy a stolen token
+    reaches every namespace (Pods in kube-system)."""
+    done = template({"watchdog": {"writeRestriction": {"enabled": False}}}, helm=helm, check=False)
+    assert done.returncode != 0 and not done.stdout
+    # One line says it (Helm 3 adds its hint about --debug below).
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("Error:")]
+    assert line.endswith("watchdog.writeRestriction.enabled=false would leave the watchdog's cluster-wide Job patch "
+                         "and Pod create unguarded: keep it true, or set watchdog.enabled=false"), done.stderr
+    off = template({"watchdog": {"enabled": False, "writeRestriction": {"enabled": False}}}, helm=helm)
+    assert not [d for d in yaml.safe_load_all(off.stdout) if d and "watchdog" in d["metadata"]["name"]]
+
+
+def test_the_agent_and_the_watchdog_start_only_under_their_write_policies_which_they_may_read_by_name(monkeypatch):
+    monkeypatch.setenv("NODE_NAME", "cpu-1")  # the DaemonSet's, from spec.nodeName
+    for restricted in (True, False):
+        documents = _docs_with({"agent": {"nodeRestriction": {"enabled": restricted}}})
+        faces = {("DaemonSet", "image-preflight-agent"): "image-preflight-agent-own-node",
+                 ("Deployment", "image-preflight-watchdog"): "image-preflight-watchdog-writes"}
+        for (kind, name), policy in faces.items():
+            (container,) = _one(documents, kind, name)["spec"]["template"]["spec"]["containers"]
+            args = parse_config([*container["command"][1:], *container["args"]])
+            guarded = restricted or name == "image-preflight-watchdog"
+            assert args.write_policy == (policy if guarded else None), (name, restricted)
+            assert {d["kind"] for d in documents if d["metadata"]["name"] == policy} == (
+                {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} if guarded else set())
+            reads = [r for r in _one(documents, "ClusterRole", name)["rules"]
+                     if r["apiGroups"] == ["admissionregistration.k8s.io"]]
+            assert reads == ([{"apiGroups": ["admissionregistration.k8s.io"],
+                               "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"],
+                               "resourceNames": [policy], "verbs": ["get"]}] if guarded else []), (name, restricted)
 
 
 def test_helm_test_runs_doctor_against_an_opted_in_namespace_of_its_own():
@@ -914,7 +953,38 @@ def test_the_uninstall_hook_deletes_node_images_with_a_role_of_its_own():
     weights = {d["kind"]: int(d["metadata"]["annotations"].get("helm.sh/hook-weight", "0")) for d in hooks}
     assert max(weights[k] for k in ("ClusterRole", "ClusterRoleBinding", "NetworkPolicy", "ServiceAccount")) < weights["Job"]
     assert {d["metadata"]["annotations"]["helm.sh/hook-delete-policy"] for d in hooks} == {
-        "before-hook-creation,hook-succeeded"}
+        "before-hook-creation,hook-succeeded,hook-failed"}
+
+
+def test_every_object_of_the_uninstall_hook_goes_whether_it_succeeds_or_fails():
+    """Helm's hook-delete-policy values (pkg/action/hooks.go): before-hook-creation, hook-succeeded,
+    hook-failed. A failed hook's Job goes by hook-failed, the objects run before it by
+    hook-succeeded; tests/cluster/test_cluster_agent_policy.py fails one for real."""
+    for case in ("default", "minimal"):
+        hooks = [d for d in _docs(case) if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "post-delete"]
+        assert hooks
+        for hook in hooks:
+            policies = hook["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(",")
+            assert sorted(policies) == ["before-hook-creation", "hook-failed", "hook-succeeded"], hook["kind"]
+
+
+def test_the_helm_test_account_writes_only_dry_runs():
+    """Its Role lets it create Jobs, for doctor's dry-run rollout Job: a policy refuses every write
+    of it that is not a dry run. An ordinary object of the release, like the account, so it is in
+    force before `helm test` and goes at uninstall; the test Pod stays the only test hook."""
+    documents = _docs("default")
+    policy = _one(documents, "ValidatingAdmissionPolicy", "image-preflight-test-dry-runs-only")
+    assert "helm.sh/hook" not in (policy["metadata"].get("annotations") or {})
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert (rule["apiGroups"], rule["resources"]) == (["*"], ["*/*"])
+    assert {"CREATE", "UPDATE", "DELETE"} <= set(rule["operations"])
+    (condition,) = policy["spec"]["matchConditions"]
+    assert condition["expression"] == f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:image-preflight-test"'
+    assert [v["expression"] for v in policy["spec"]["validations"]] == ["request.dryRun == true"]
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    binding = _one(documents, "ValidatingAdmissionPolicyBinding", "image-preflight-test-dry-runs-only")
+    assert binding["spec"] == {"policyName": "image-preflight-test-dry-runs-only", "validationActions": ["Deny"]}
+    assert not [d for d in _docs_with({"tests": {"enabled": False}}) if "image-preflight-test" in d["metadata"]["name"]]
 
 
 def test_the_readme_lists_every_value_and_no_other():

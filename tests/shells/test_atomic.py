@@ -6,7 +6,7 @@ import stat
 import pytest
 
 from image_preflight.errors import InputError
-from image_preflight.files.atomic import atomic_path, umask_mode, write_atomic
+from image_preflight.files.atomic import atomic_path, umask_mode, write_all_atomic, write_atomic
 
 
 @pytest.fixture
@@ -58,3 +58,16 @@ def test_a_block_that_raises_replaces_nothing(tmp_path):
 def test_an_unwritable_place_is_one_line_naming_the_path(tmp_path):
     with pytest.raises(InputError, match=r"^.*/missing/out\.json: cannot write \(No such file or directory\)$"):
         write_atomic(tmp_path / "missing" / "out.json", "x")
+
+
+def test_several_files_are_replaced_all_or_none(tmp_path):
+    kept = {name: f"old {name}".encode() for name in ("key", "cert")}
+    for name, data in kept.items():
+        (tmp_path / name).write_bytes(data)
+    with pytest.raises(InputError, match=rf"^{tmp_path}/absent/third: cannot write \(No such file or directory\)$"):
+        write_all_atomic([(tmp_path / "key", b"new key", 0o600), (tmp_path / "cert", b"new cert", None),
+                          (tmp_path / "absent" / "third", b"x", None)])
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == kept  # nor a temporary file left
+    write_all_atomic([(tmp_path / "key", b"new key", 0o600), (tmp_path / "cert", b"new cert", None)])
+    assert ((tmp_path / "key").read_bytes(), _mode(tmp_path / "key")) == (b"new key", 0o600)
+    assert (tmp_path / "cert").read_bytes() == b"new cert"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import threading
@@ -13,19 +14,54 @@ import threading
 import pytest
 
 from image_preflight.errors import UnavailableError
-from image_preflight.service import JsonLines, Stops, serve_metrics, until_signalled
+from image_preflight.service import BufferedStderrHandler, JsonLines, Stops, rfc3339, serve_metrics, until_signalled
 
 
 def _record(message: str, *args, level: int = logging.INFO) -> logging.LogRecord:
     return logging.LogRecord("image_preflight.agent", level, __file__, 1, message, args, None)
 
 
-def test_every_record_is_one_json_line_and_a_json_message_is_its_own_line():
+def test_every_record_is_one_json_line_with_time_and_level_and_a_json_message_keeps_its_fields():
     formatter = JsonLines()
-    plain = json.loads(formatter.format(_record('pinned %s ("needed")', "docker.io/library/a:1")))
-    assert plain == {"level": "info", "logger": "image_preflight.agent", "message": 'pinned docker.io/library/a:1 ("needed")'}
-    action = '{"action": "failed", "job": "j"}'
-    assert formatter.format(_record(action, level=logging.WARNING)) == action
+    record = _record('pinned %s ("needed")', "docker.io/library/a:1")
+    record.created = 1796245611.1239  # 2026-12-02T21:06:51.123Z
+    assert json.loads(formatter.format(record)) == {
+        "time": "2026-12-02T21:06:51.123Z", "level": "info", "logger": "image_preflight.agent",
+        "message": 'pinned docker.io/library/a:1 ("needed")'}
+    action = _record('{"action": "failed", "job": "j"}', level=logging.WARNING)
+    action.created = 1796245611.999
+    line = formatter.format(action)
+    assert line.startswith('{"time":"2026-12-02T21:06:51.999Z","level":"warning",')
+    assert json.loads(line) == {"time": "2026-12-02T21:06:51.999Z", "level": "warning", "action": "failed", "job": "j"}
+    # A message that only looks like an object is a message; one naming its own time or level keeps
+    # one of each, the record's.
+    assert json.loads(formatter.format(_record("{not json}")))["message"] == "{not json}"
+    assert json.loads(formatter.format(_record('{"level": "x", "a": 1}')))["level"] == "info"
+    assert json.loads(formatter.format(_record("{}"))).keys() == {"time", "level"}
+
+
+def test_the_time_of_a_line_is_rfc3339_utc_to_the_millisecond_every_second():
+    assert [rfc3339(t) for t in (0, 1796245611.1239, 1796245611.9999, 1796245612.0)] == [
+        "1970-01-01T00:00:00.000Z", "2026-12-02T21:06:51.123Z", "2026-12-02T21:06:51.999Z",
+        "2026-12-02T21:06:52.000Z"]
+
+
+def test_a_line_written_without_a_record_is_shaped_as_a_records(monkeypatch):
+    """serve's decision lines (service.line_writer) and uvicorn's own (through logging) alike."""
+    read, write = os.pipe()
+    monkeypatch.setattr(os, "dup", lambda fd, dup=os.dup: write if fd == 2 else dup(fd))
+    handler = BufferedStderrHandler()
+    try:
+        handler.write_line('{"uid":"u","decision":"allowed"}')
+        handler.emit(logging.LogRecord("uvicorn.error", logging.INFO, __file__, 1, "Started server process", (), None))
+    finally:
+        handler.close()
+    lines = [json.loads(line) for line in os.read(read, 65536).decode().splitlines()]
+    os.close(read)
+    assert [list(line)[:2] for line in lines] == [["time", "level"], ["time", "level"]]
+    assert [line["level"] for line in lines] == ["info", "info"]
+    assert lines[0]["decision"] == "allowed" and lines[1]["logger"] == "uvicorn.error"
+    assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["time"]) for line in lines)
 
 
 def test_stops_run_in_the_reverse_order_and_each_even_after_one_fails(caplog):

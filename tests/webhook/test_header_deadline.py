@@ -78,9 +78,28 @@ def test_the_uvicorn_internals_protocol_py_relies_on_are_there():
 
     protocol, cycle = inspect.getsource(HttpToolsProtocol), inspect.getsource(RequestResponseCycle)
     for attribute in ("self.cycle", "self.server_state", "self.connections", "self.loop", "self.transport",
-                      "self.scope"):
+                      "self.scope", "self.pipeline"):
         assert attribute in protocol, attribute
-    for hook in ("connection_made", "on_message_begin", "on_headers_complete", "shutdown"):
+    for hook in ("connection_made", "connection_lost", "on_message_begin", "on_headers_complete",
+                 "on_response_complete", "shutdown"):
         assert callable(getattr(HttpToolsProtocol, hook, None)), hook
-    for attribute in ("self.keep_alive", "self.response_complete"):
-        assert attribute in cycle, attribute
+    for attribute in ("self.keep_alive", "self.response_complete", "on_response=self.on_response_complete"):
+        assert attribute in cycle + protocol, attribute
+
+
+def test_the_uvloop_tls_protocol_protocol_py_builds_is_there():
+    """DeadlineLoop puts uvloop's own TLS protocol under each connection, as uvloop's TLS server
+    does: its constructor, and the protocol calls it answers to."""
+    import ssl
+
+    import uvloop
+    from uvloop.loop import SSLProtocol
+
+    loop = uvloop.new_event_loop()
+    try:
+        SSLProtocol(loop, asyncio.Protocol(), ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), loop.create_future(),
+                    server_side=True, ssl_handshake_timeout=1.0, ssl_shutdown_timeout=None)
+    finally:
+        loop.close()
+    for hook in ("connection_made", "connection_lost", "get_buffer", "buffer_updated"):
+        assert callable(getattr(SSLProtocol, hook, None)), hook

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from image_preflight.core.admission.answers import API_VERSION, Answer
 from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.inventory import Inventory
+from image_preflight.core.objects import deeper_than, field_path
 from image_preflight.errors import InputError
 
 # Deeper than this is no workload: a CronJob's deepest field, a pod affinity term's values, sits
@@ -63,26 +64,6 @@ def refusing_deep_reviews(answer: Callable[..., Answer]) -> Callable[..., Answer
 
 
 def _too_deep(value: object, limit: int) -> str | None:
-    """Where `value` holds an object or array more than `limit` levels deep, or None. A walk with
-    a stack of its own: Python's would overflow where the value is deep enough to matter."""
-    stack: list[tuple[object, int, tuple | None]] = [(value, 0, None)]  # (value, depth, path as (parent, key))
-    while stack:
-        value, depth, path = stack.pop()
-        if depth > limit:
-            return _field(path)
-        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
-        for key, item in items:
-            if isinstance(item, (dict, list)):
-                stack.append((item, depth + 1, (path, key)))
-    return None
-
-
-def _field(path: tuple | None, shown: int = 8) -> str:
-    """`path` as request.object.metadata.namespace[0]..., its first `shown` steps."""
-    keys = []
-    while path is not None:
-        path, key = path
-        keys.append(key)
-    keys.reverse()
-    text = "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in keys[:shown]).lstrip(".")
-    return text + ("..." if len(keys) > shown else "")
+    """Where `value` holds an object or array more than `limit` levels deep, or None."""
+    keys = deeper_than(value, limit)
+    return None if keys is None else field_path(keys, 8)

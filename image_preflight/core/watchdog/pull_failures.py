@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from image_preflight.core.objects import as_mapping, as_text
 from image_preflight.core.decide.references import InvalidReference, docker_ref
 from image_preflight.core.decide.workloads import ALWAYS, WorkloadError, container_images, default_pull_policy
+from image_preflight.core.sources.runtime_lists import format_time, node_images_from_runtime
 
 # The kubelet's waiting reasons for an image it will never get (pkg/kubelet/images/types.go):
 # ErrImageNeverPull (Never, and the node lacks it) and InvalidImageName (the name cannot parse)
@@ -111,6 +112,74 @@ def controller_of(obj: Mapping) -> Owner | None:
     return None
 
 
+# The labels the apiserver puts on a Job's Pod template and in its generated selector
+# (pkg/registry/batch/job/strategy.go, generateSelector; pkg/apis/batch/types.go ControllerUidLabel,
+# LegacyControllerUidLabel): the Job's uid, which no other Job of any name ever had.
+CONTROLLER_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
+
+
+def labels_of(obj: Mapping) -> tuple[tuple[str, str], ...]:
+    """An object's labels, sorted, the ones that are not text left out (a Stall keeps them frozen)."""
+    labels = as_mapping(as_mapping(obj.get("metadata")).get("labels"))
+    return tuple(sorted((k, v) for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)))
+
+
+def _requirement_matches(expression: Mapping, labels: Mapping[str, str]) -> bool | None:
+    """One matchExpressions entry against `labels` (k8s.io/apimachinery/pkg/labels/selector.go,
+    Requirement.Matches); None when NewRequirement would refuse it: an unknown operator, In and
+    NotIn without values, Exists and DoesNotExist with some."""
+    key, operator, values = expression.get("key"), expression.get("operator"), expression.get("values") or []
+    if not isinstance(key, str) or not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+        return None
+    if operator in ("In", "NotIn"):
+        if not values:
+            return None
+        inside = key in labels and labels[key] in values
+        return inside if operator == "In" else (key not in labels or labels[key] not in values)
+    if operator in ("Exists", "DoesNotExist"):
+        if values:
+            return None
+        return (key in labels) is (operator == "Exists")
+    return None
+
+
+def selects(selector: object, labels: Mapping[str, str]) -> bool:
+    """Whether a metav1.LabelSelector selects `labels`, as k8s.io/apimachinery's
+    LabelSelectorAsSelector (pkg/apis/meta/v1/helpers.go) and its Matches read it: null selects
+    nothing, empty everything, else every matchLabels pair and every matchExpressions requirement
+    (ANDed). A selector LabelSelectorAsSelector would refuse selects nothing. (The apiserver has
+    already checked the keys' and values' syntax: ValidateLabelSelector on every Job.)"""
+    if selector is None or not isinstance(selector, Mapping):
+        return False
+    match_labels, expressions = selector.get("matchLabels") or {}, selector.get("matchExpressions") or []
+    if not isinstance(match_labels, Mapping) or not isinstance(expressions, list):
+        return False
+    if any(labels.get(k) != v or not isinstance(v, str) for k, v in match_labels.items()):
+        return False
+    return all(_requirement_matches(as_mapping(e), labels) is True for e in expressions)
+
+
+def not_the_jobs_pod(job: Mapping, pod_labels: Mapping[str, str]) -> str | None:
+    """Why a Pod whose controller ownerReference names `job` is not that Job's Pod, or None when it
+    is. Anyone who may create a Pod can write an ownerReference naming any Job of its namespace;
+    the Job controller counts a Pod as its own only while its selector selects it
+    (pkg/controller/controller_ref_manager.go, ClaimObject releases an owned Pod it no longer
+    selects; pkg/controller/job/job_controller.go, getPodsForJob), and the apiserver gives each
+    Job's Pods a label with the Job's uid (CONTROLLER_UID_LABELS). Both must hold. A Pod that
+    passes both is one the Job controller counts as the Job's own (a failure of it counts against
+    backoffLimit), so its creator gains nothing here they did not have. A Job with
+    `manualSelector: true` gets no such label, so its Pods are never taken for its own."""
+    uid = as_text(as_mapping(job.get("metadata")).get("uid"))
+    label = next((pod_labels[k] for k in CONTROLLER_UID_LABELS if k in pod_labels), None)
+    if label is None:
+        return f"not its Job's Pod: no {CONTROLLER_UID_LABELS[0]} label"
+    if label != uid:
+        return f"not its Job's Pod: its controller-uid label is {label[:64]!r}, not the Job's uid {uid}"
+    if not selects(as_mapping(job.get("spec")).get("selector"), pod_labels):
+        return "not its Job's Pod: the Job's selector does not select it"
+    return None
+
+
 def finished(job: Mapping) -> str | None:
     """The condition that says the Job is finishing or finished, if one does."""
     conditions = as_mapping(job.get("status")).get("conditions")
@@ -194,12 +263,13 @@ _MAX_NAME = 1024  # a quoted reference longer than any valid one is not read as 
 
 @dataclass(frozen=True, slots=True)
 class SandboxFailure:
-    pod_uid: str
-    namespace: str
-    pod: str
-    node: str  # the reporting kubelet's host, "" when it does not say
+    pod_uid: str  # involvedObject.uid
+    namespace: str  # the Event's own namespace: the one field its writer cannot choose freely
+    pod: str  # involvedObject.name
+    node: str  # the reporting kubelet's host as it says (any writer may say any), "" when it does not
     image: str  # the sandbox image, as containerd quotes it
     message: str  # the kubelet's words
+    named_namespace: str = ""  # involvedObject.namespace
 
 
 def sandbox_image_missing(event: Mapping) -> SandboxFailure | None:
@@ -218,9 +288,57 @@ def sandbox_image_missing(event: Mapping) -> SandboxFailure | None:
         start += len(marker)
         end = message.find('"', start, start + _MAX_NAME + 1)
         if end > start:
-            namespace = as_text(as_mapping(event.get("metadata")).get("namespace"))  # untrusted() holds it the Pod's
+            namespace = as_text(as_mapping(event.get("metadata")).get("namespace"))
             return SandboxFailure(pod["uid"], namespace, as_text(pod.get("name")),
-                                  as_text(as_mapping(event.get("source")).get("host")), message[start:end], message)
+                                  as_text(as_mapping(event.get("source")).get("host")), message[start:end], message,
+                                  as_text(pod.get("namespace")))
+    return None
+
+
+def not_about(failure: SandboxFailure, namespace: str, name: str, uid: str) -> str | None:
+    """Why the report is not about the Pod `namespace`/`name` with `uid`, or None when it is: the
+    Event's namespace, and its involvedObject's namespace, name and uid, all the Pod's. A Pod's uid
+    is no secret (anyone who may list the Pods of its namespace reads it), and an Event written in
+    one's own namespace may name any uid, so a uid alone would let any writer of Events anywhere
+    speak for every Pod of the cluster."""
+    said = (failure.namespace, failure.named_namespace, failure.pod, failure.pod_uid)
+    if said == (namespace, namespace, name, uid):
+        return None
+    return (f"Event in {failure.namespace} names Pod {failure.named_namespace}/{failure.pod[:253]} uid "
+            f"{failure.pod_uid[:64]}, which is Pod {namespace}/{name}")
+
+
+def sandbox_unconfirmed(node_images: Mapping, node: str, image: str, now: float) -> str | None:
+    """Why the node's own NodeImages object does not confirm that `node`'s runtime lacks the
+    sandbox image `image` at `now` (epoch seconds), or None when it does: it speaks for that node,
+    its lease runs, and its spec.sandboxImage says that image (compared as the runtime resolves
+    names, ParseDockerRef, where both parse) is not present.
+
+    Why this and not the Event: anyone who may write Events in the Pod's namespace can write the
+    kubelet's words, its reporter and host included (the apiserver checks none of them,
+    pkg/apis/core/validation/events.go), so a Pod that merely waits bound (for a volume, on a
+    NotReady node) would fail its Job on a forged report. Nor does the Pod prove it: one that
+    awaits its sandbox looks the same whatever it waits for. The NodeImages object is written by
+    that node's agent alone, with its node-bound token (policy image-preflight-agent-own-node),
+    from what the runtime itself answers over CRI."""
+    try:
+        listed = node_images_from_runtime(node_images)
+    except ValueError as exc:
+        return f"node {node}'s NodeImages cannot be read ({str(exc)[:200]})"
+    name = as_text(as_mapping(node_images.get("metadata")).get("name"))
+    if listed.node != node or name != node:
+        return f"NodeImages {name[:253]} speaks for node {listed.node[:253]}, not {node}"
+    if not listed.current(now):
+        return (f"node {node}'s NodeImages is not current (observed {format_time(listed.observed_at)}, lease "
+                f"until {format_time(listed.expires_at)})")
+    if listed.sandbox_missing is None:
+        said = as_mapping(as_mapping(node_images.get("spec")).get("sandboxImage"))
+        if not said:
+            return f"node {node}'s NodeImages does not say whether its runtime holds its sandbox image"
+        return f"node {node}'s NodeImages says its runtime holds its sandbox image {as_text(said.get('name'))}"
+    if reference_of(listed.sandbox_missing) != reference_of(image):
+        return (f"node {node}'s NodeImages says its runtime lacks sandbox image {listed.sandbox_missing}, "
+                f"not {image[:_MAX_NAME]}")
     return None
 
 

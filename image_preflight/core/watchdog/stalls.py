@@ -7,9 +7,14 @@ break. A Job's FailedCreate carrying a webhook's denial is due at once: the deni
 the next attempt would get too. A Pod whose kubelet reports that the runtime lacks its sandbox
 image (FailedCreatePodSandBox, see pull_failures) is due after the same grace from that first
 report, while the Pod stays bound and unstarted: the Event names the Pod, the Pod its Job, so each
-bound unstarted Pod is remembered (namespace, name, owner, node) until it starts or goes. Each
-subject is handed out once; a failed action is put back. Only the opted-in namespaces are handed
-out, so a namespace labelled later gets its stuck Pods.
+bound unstarted Pod is remembered (namespace, name, owner, node, labels) until it starts or goes.
+A report counts for a Pod only when the Event is written in the Pod's namespace and names its
+namespace, name and uid (pull_failures.not_about): reports are kept by all three, so one written
+elsewhere, or naming another Pod's uid, neither arms nor disarms that Pod's stall. What is due is
+not yet proven: the watchdog's shell checks that the Pod is its Job's (pull_failures.not_the_jobs_pod)
+and, for a sandbox, that the node's own NodeImages says so (pull_failures.sandbox_unconfirmed).
+Each subject is handed out once; a failed action is put back. Only the opted-in namespaces are
+handed out, so a namespace labelled later gets its stuck Pods.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from image_preflight.core.watchdog.pull_failures import (
     Stuck,
     awaiting_sandbox,
     controller_of,
+    labels_of,
+    not_about,
     reference_of,
     sandbox_image_missing,
     stuck_containers,
@@ -33,6 +40,7 @@ from image_preflight.core.watchdog.pull_failures import (
 )
 
 POD, JOB, SANDBOX = "pod/", "job/", "sandbox/"  # key prefixes: a Pod's images, a denied Job, a Pod's sandbox
+REPORT = "report/"  # a kubelet's sandbox report: "report/<Event's namespace>/<Pod name>/<Pod uid>"
 MAX_IGNORED = 4096  # untrusted Events remembered as said; a flood of forgeries is said again, not held
 
 
@@ -48,6 +56,7 @@ class Stall:
     stuck: Stuck | None  # the first stuck container (a Pod); for its sandbox, reason FAILED_SANDBOX and no container
     denial: str | None  # the webhook's words (a Job)
     since: float
+    labels: tuple[tuple[str, str], ...] = ()  # the Pod's (sorted): whose Pod it is (pull_failures.not_the_jobs_pod)
 
 
 def pod_stall(pod: Mapping, now: float, *, include_always: bool) -> Stall | None:
@@ -58,7 +67,7 @@ def pod_stall(pod: Mapping, now: float, *, include_always: bool) -> Stall | None
         return None
     spec = as_mapping(pod.get("spec"))
     return Stall(f"pod/{uid}", as_text(metadata.get("namespace")), "Pod", as_text(metadata.get("name")), uid,
-                 controller_of(pod), as_text(spec.get("nodeName")), stuck[0], None, now)
+                 controller_of(pod), as_text(spec.get("nodeName")), stuck[0], None, now, labels_of(pod))
 
 
 def denial_stall(event: Mapping, now: float, webhooks: frozenset[str]) -> Stall | None:
@@ -80,22 +89,34 @@ class _Unstarted:
     name: str
     owner: Owner | None
     node: str
+    labels: tuple[tuple[str, str], ...]
 
 
 def sandbox_stall(uid: str, pod: _Unstarted, failure: SandboxFailure, since: float) -> Stall:
+    # The node is the Pod's (awaiting_sandbox: bound), never the host the Event says: the NodeImages
+    # read to confirm the stall is that node's.
     stuck = Stuck("", failure.image, reference_of(failure.image), "", FAILED_SANDBOX, failure.message)
-    return Stall(SANDBOX + uid, pod.namespace, "Pod", pod.name, uid, pod.owner, pod.node or failure.node, stuck,
-                 None, since)
+    return Stall(SANDBOX + uid, pod.namespace, "Pod", pod.name, uid, pod.owner, pod.node, stuck, None, since,
+                 pod.labels)
 
 
 def pod_key(pod: Mapping) -> str:
     return f"{POD}{as_text(as_mapping(pod.get('metadata')).get('uid'))}"
 
 
+def report_key(namespace: str, name: str, uid: str) -> str:
+    """A sandbox report by all it says of its Pod; the namespace is the Event's own. Namespace names
+    hold no "/", so a report from another namespace never takes a Pod's key."""
+    return f"{REPORT}{namespace}/{name}/{uid}"
+
+
 def event_key(event: Mapping) -> str:
-    """A FailedCreatePodSandBox is keyed by its Pod, a FailedCreate by its Job."""
-    prefix = SANDBOX if event.get("reason") == FAILED_SANDBOX else JOB
-    return f"{prefix}{as_text(as_mapping(event.get('involvedObject')).get('uid'))}"
+    """A FailedCreatePodSandBox is keyed by the Pod it names (report_key), a FailedCreate by its Job."""
+    involved = as_mapping(event.get("involvedObject"))
+    if event.get("reason") == FAILED_SANDBOX:
+        return report_key(as_text(as_mapping(event.get("metadata")).get("namespace")), as_text(involved.get("name")),
+                          as_text(involved.get("uid")))
+    return f"{JOB}{as_text(involved.get('uid'))}"
 
 
 class Stalls:
@@ -107,7 +128,7 @@ class Stalls:
         self._pending: dict[str, tuple[Stall, float]] = {}  # key -> (stall, due)
         self._handed: set[str] = set()  # keys handed out, until their subject goes
         self._unstarted: dict[str, _Unstarted] = {}  # pod uid -> bound Pod whose sandbox is not up
-        self._sandbox: dict[str, tuple[SandboxFailure, float]] = {}  # pod uid -> (latest words, first seen)
+        self._sandbox: dict[str, tuple[SandboxFailure, float]] = {}  # report_key -> (latest words, first seen)
         self._ignored: set[str] = set()  # uids of the untrusted Events already said, until they go
 
     def __len__(self) -> int:
@@ -133,33 +154,51 @@ class Stalls:
         self._forget_unstarted(key[len(POD):])
 
     def _see_unstarted(self, pod: Mapping) -> None:
-        uid = as_text(as_mapping(pod.get("metadata")).get("uid"))
+        metadata = as_mapping(pod.get("metadata"))
+        uid = as_text(metadata.get("uid"))
         if not uid:
             return
+        namespace, name = as_text(metadata.get("namespace")), as_text(metadata.get("name"))
         if not awaiting_sandbox(pod):
-            if uid in self._unstarted or uid in self._sandbox:
+            if uid in self._unstarted or self._sandbox:  # most Pods: neither, and nothing to drop
                 # Its sandbox is up (or it settled): whatever the kubelet said before no longer holds.
                 self._unstarted.pop(uid, None)
-                self._sandbox.pop(uid, None)
+                self._sandbox.pop(report_key(namespace, name, uid), None)
                 self._pending.pop(SANDBOX + uid, None)
             return
-        metadata, spec = as_mapping(pod.get("metadata")), as_mapping(pod.get("spec"))
-        self._unstarted[uid] = _Unstarted(as_text(metadata.get("namespace")), as_text(metadata.get("name")),
-                                          controller_of(pod), as_text(spec.get("nodeName")))
+        self._unstarted[uid] = _Unstarted(namespace, name, controller_of(pod),
+                                          as_text(as_mapping(pod.get("spec")).get("nodeName")), labels_of(pod))
         self._arm_sandbox(uid)
 
     def _forget_unstarted(self, uid: str) -> None:
-        self._unstarted.pop(uid, None)
+        pod = self._unstarted.pop(uid, None)
+        if pod is not None:
+            self._sandbox.pop(report_key(pod.namespace, pod.name, uid), None)
         self.forget(SANDBOX + uid)
 
     def _arm_sandbox(self, uid: str) -> None:
-        """Pending once both the kubelet's report and the Pod are known; due a grace after the report."""
+        """Pending once both the Pod and a report about it (not_about) are known; due a grace after
+        the report."""
         key = SANDBOX + uid
-        pod, reported = self._unstarted.get(uid), self._sandbox.get(uid)
-        if pod is None or reported is None or key in self._handed:
+        pod = self._unstarted.get(uid)
+        if pod is None or key in self._handed:
+            return
+        reported = self._sandbox.get(report_key(pod.namespace, pod.name, uid))
+        if reported is None or not_about(reported[0], pod.namespace, pod.name, uid) is not None:
             return
         failure, since = reported
         self._pending[key] = (sandbox_stall(uid, pod, failure, since), since + self.grace)
+
+    def _drop_report(self, key: str) -> None:
+        """A report gone (its Event expired or relisted away): the stall it armed goes with it, and
+        only that one (a report from elsewhere naming the same uid armed nothing)."""
+        reported = self._sandbox.pop(key, None)
+        if reported is None:
+            return
+        uid = reported[0].pod_uid
+        pod = self._unstarted.get(uid)
+        if pod is None or report_key(pod.namespace, pod.name, uid) == key:
+            self.forget(SANDBOX + uid)
 
     def see_event(self, event: Mapping, now: float) -> str | None:
         """Take in a FailedCreate or FailedCreatePodSandBox Event; why it is ignored (one line)
@@ -168,7 +207,10 @@ class Stalls:
         stall = denial_stall(event, now, self.webhooks) if failure is None else None
         if failure is None and stall is None:
             return None  # not one the watchdog acts on
-        if (why := untrusted(event)) is not None:
+        why = untrusted(event)
+        if why is None and failure is not None and (pod := self._unstarted.get(failure.pod_uid)) is not None:
+            why = not_about(failure, pod.namespace, pod.name, failure.pod_uid)
+        if why is not None:
             uid = as_text(as_mapping(event.get("metadata")).get("uid"))
             if uid in self._ignored:
                 return None  # said once (a relist brings it again)
@@ -177,9 +219,10 @@ class Stalls:
             self._ignored.add(uid)
             return why
         if failure is not None:
-            earlier = self._sandbox.get(failure.pod_uid)
+            key = report_key(failure.namespace, failure.pod, failure.pod_uid)
+            earlier = self._sandbox.get(key)
             # Reported again (the Event's count rises): keep the first sighting, take the newer words.
-            self._sandbox[failure.pod_uid] = (failure, earlier[1] if earlier else now)
+            self._sandbox[key] = (failure, earlier[1] if earlier else now)
             self._arm_sandbox(failure.pod_uid)
         elif stall.key not in self._handed and stall.key not in self._pending:
             self._pending[stall.key] = (stall, now)
@@ -187,25 +230,28 @@ class Stalls:
 
     def forget_event(self, event: Mapping) -> None:
         self._ignored.discard(as_text(as_mapping(event.get("metadata")).get("uid")))
-        self.forget(event_key(event))
+        key = event_key(event)
+        if key.startswith(REPORT):
+            self._drop_report(key)
+        else:
+            self.forget(key)
 
     def forget(self, key: str) -> None:
         self._pending.pop(key, None)
         self._handed.discard(key)
-        if key.startswith(SANDBOX):
-            self._sandbox.pop(key[len(SANDBOX):], None)
 
     def replace(self, prefix: str, keys: Iterable[str]) -> None:
-        """After a relist of one kind (POD, JOB or SANDBOX): forget what the list no longer has."""
+        """After a relist of one kind (POD, JOB or REPORT): forget what the list no longer has."""
         present = set(keys)
+        if prefix == REPORT:
+            for key in [k for k in self._sandbox if k not in present]:
+                self._drop_report(key)
+            return
         for key in [k for k in (*self._pending, *self._handed) if k.startswith(prefix) and k not in present]:
             self.forget(key)
         if prefix == POD:
             for uid in [u for u in self._unstarted if POD + u not in present]:
                 self._forget_unstarted(uid)
-        elif prefix == SANDBOX:
-            for uid in [u for u in self._sandbox if SANDBOX + u not in present]:
-                self.forget(SANDBOX + uid)
 
     # -- what is due ---------------------------------------------------------------------------
 
