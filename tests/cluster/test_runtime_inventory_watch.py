@@ -426,6 +426,42 @@ def test_serve_with_a_kubeconfig_denies_from_a_published_list(control_plane, cas
     assert webhook.post(job_review(HELD[70]))[1]["response"]["allowed"] is True
 
 
+def test_serve_is_ready_only_once_it_holds_the_published_lists(service_accounts, case, nodes, start_webhook,
+                                                               tmp_path):  # noqa: F811
+    # A replica answering before the agents' lists are read would let NEVER_BUILT through as
+    # unknown (node status stops at 50 names). Here those lists stay unreadable (403) while the
+    # Nodes are read, then become readable: the first answer after /readyz 200 already denies.
+    plane, account = service_accounts, f"late-reader-{case.id}"
+    create_node_images(plane, node_images(nodes.cpu, HELD, observed_at=time.time()))
+    rules = {"nodes": "nodes,runtimeclasses.node.k8s.io", "lists": "nodeimages.image-preflight.io"}
+    plane.kubectl("create", "serviceaccount", account, "-n", "image-preflight")
+    try:
+        for part, resources in rules.items():
+            plane.kubectl("create", "clusterrole", f"{account}-{part}", "--verb=list,watch", f"--resource={resources}")
+        plane.kubectl("create", "clusterrolebinding", f"{account}-nodes", f"--clusterrole={account}-nodes",
+                      f"--serviceaccount=image-preflight:{account}")
+        kubeconfig = plane.service_account_kubeconfig("image-preflight", account, tmp_path / "late.kc")
+        webhook = start_webhook("--kubeconfig", str(kubeconfig), "--node-selector", case.selector)
+        wait_until(lambda: 'image_preflight_watch_restarts_total{reason="error"}' in webhook.metrics(),
+                   "the forbidden list of nodeimages is counted")
+        assert webhook.get("/readyz")[0] == 503
+
+        plane.kubectl("create", "clusterrolebinding", f"{account}-lists", f"--clusterrole={account}-lists",
+                      f"--serviceaccount=image-preflight:{account}")
+        deadline = time.monotonic() + 30  # the watch's retry backs off up to 5 s; RBAC settles too
+        while webhook.get("/readyz")[0] != 200:
+            assert time.monotonic() < deadline, "never ready once the lists are readable"
+            time.sleep(0.05)
+        status, reply = webhook.post(job_review(NEVER_BUILT))
+        assert status == 200 and reply["response"]["allowed"] is False
+        assert reply["response"]["status"]["code"] == 422
+    finally:
+        for kind, suffix in (("clusterrolebinding", "nodes"), ("clusterrolebinding", "lists"),
+                             ("clusterrole", "nodes"), ("clusterrole", "lists")):
+            plane.kubectl("delete", kind, f"{account}-{suffix}", "--ignore-not-found")
+        plane.kubectl("delete", "serviceaccount", account, "-n", "image-preflight", "--ignore-not-found")
+
+
 # --- on the double: an object the CRD's schema would refuse -----------------------------------------
 
 
