@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import re
+import time
 import tomllib
 from pathlib import Path
 
@@ -231,7 +232,13 @@ def test_kubelet_finds_it_by_the_manifests_name(preflight_image, containerd):
             "/runtime.v1.ImageService/ImageStatus",
             request_serializer=lambda spec: cri_pb2.ImageFilter(image=spec).SerializeToString(),
             response_deserializer=cri_pb2.ListImagesResponse.FromString)
-        found = image_status(cri_pb2.ImageSpec(image="image-preflight:0.1.0"), timeout=10).images
+        # The CRI plugin learns of an import from containerd's event stream, after `ctr` returns
+        # (pkg/cri/server/events.go, handleEvent of an ImageCreate): the kubelet asks again too.
+        deadline = time.monotonic() + 10
+        while not (found := image_status(cri_pb2.ImageSpec(image="image-preflight:0.1.0"), timeout=10).images):
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         absent = image_status(cri_pb2.ImageSpec(image="image-preflight:0.0.0"), timeout=10).images
     assert [(image.id, NAME in image.repo_tags) for image in found] == [(preflight_image.image_id, True)]
     assert list(absent) == []  # the probe tells a missing image apart
