@@ -21,6 +21,14 @@ def rss_mib(pid: int) -> float:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
+def hwm_mib(pid: int) -> float:
+    """The process's peak RSS (VmHWM); NaN once it has gone."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def process_tree(pids: list[int]) -> list[int]:
     """`pids` and their descendants (serve's workers, say)."""
     children: dict[int, list[int]] = {}

@@ -50,12 +50,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
-import http.client
 import json
 import os
 import shutil
 import signal
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -71,11 +69,12 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 
-from benchmarks.figures import percentile, rss_mib, tree_cpu_seconds  # noqa: E402
+from benchmarks.figures import hwm_mib, percentile, rss_mib, tree_cpu_seconds  # noqa: E402
 from image_preflight.agent.cri import RuntimeImage  # noqa: E402
 from image_preflight.agent.inventory import fingerprint, image_dicts, sandbox_image_report  # noqa: E402
 from image_preflight.agent.publisher import Publisher  # noqa: E402
 from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, RENEW_WHEN_REMAINING  # noqa: E402
+from tests.serving import ServiceConnection, client_context  # noqa: E402
 from tests.controlplane.cluster import (NOT_READY, ControlPlane, Process, apply_service_accounts,  # noqa: E402
                                         create_node, free_port, require_control_plane, terminate, wait_for)
 
@@ -590,20 +589,9 @@ def start_serve(plane: ControlPlane, work: Path) -> tuple[subprocess.Popen, int,
     return popen, port, metrics_port, certs
 
 
-class ServiceConnection(http.client.HTTPConnection):
-    """HTTPS to 127.0.0.1 presenting the Service's DNS name, verified against the CA, as the apiserver does."""
-
-    def __init__(self, port: int, ca: Path) -> None:
-        super().__init__("127.0.0.1", port, timeout=30)
-        self._context = ssl.create_default_context(cafile=str(ca))
-
-    def connect(self) -> None:
-        super().connect()
-        self.sock = self._context.wrap_socket(self.sock, server_hostname=f"{SERVE_ACCOUNT}.{SERVE_NAMESPACE}.svc")
-
-
 def https(port: int, ca: Path, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-    connection = ServiceConnection(port, ca)
+    """A request as the apiserver makes it (tests/serving.py: the Service's name, the CA verified)."""
+    connection = ServiceConnection(port, client_context(ca))
     try:
         connection.request(method, path, body=body, headers={"Content-Type": "application/json"})
         answer = connection.getresponse()
@@ -820,13 +808,6 @@ def sets_hold(sets: list[np.ndarray], index: int):
     for chosen in sets:
         position = np.searchsorted(chosen, index)
         yield position < chosen.size and chosen[position] == index
-
-
-def hwm_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def tail(path: Path, lines: int = 20) -> str:

@@ -63,7 +63,7 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 from kubernetes import client as k8s  # noqa: E402
 
-from benchmarks.figures import rss_mib, tree_cpu_seconds  # noqa: E402
+from benchmarks.figures import hwm_mib, rss_mib, tree_cpu_seconds  # noqa: E402
 from benchmarks.fleet import (FleetControlPlane, create_nodes, kwok_folder, start_kwok,  # noqa: E402
                               wait_count, wait_ready)
 from image_preflight.core.watchdog import job_failure  # noqa: E402
@@ -246,13 +246,6 @@ def pod_watch_opened(audit_log: Path, account: str) -> float | None:
                     and event["user"]["username"] == user and event.get("objectRef", {}).get("resource") == "pods"):
                 return dt.datetime.fromisoformat(event["stageTimestamp"].replace("Z", "+00:00")).timestamp()
     return None
-
-
-def hwm_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 # --- the run --------------------------------------------------------------------------------------
