@@ -12,6 +12,7 @@ import time
 from image_preflight.agent.config import AgentConfig
 from image_preflight.agent.cri import ImageClient
 from image_preflight.agent.inventory import image_dicts, node_images_object, sandbox_image_report
+from image_preflight.core.sources.runtime_lists import image_hashes
 from image_preflight.service import Stops, configure_logging, until_signalled
 
 log = logging.getLogger("image_preflight.agent")
@@ -21,15 +22,16 @@ def run(config: AgentConfig) -> int:
     images = ImageClient(config.cri_endpoint)  # CRIError: the runtime cannot be reached
     with images:
         if not config.publish:
-            return _print(images, config.node, config.lease, config.sandbox_image)
+            return _print(images, config)
         return _publish(images, config)
 
 
-def _print(images: ImageClient, node: str, lease: int, sandbox_fallback: str | None) -> int:
+def _print(images: ImageClient, config: AgentConfig) -> int:
     listed = image_dicts(images.list_images())
-    sandbox = images.sandbox_image() or sandbox_fallback
-    obj = node_images_object(node, listed, observed_at=time.time(), lease_seconds=lease,
-                             spec={"sandboxImage": sandbox_image_report(sandbox, listed) if sandbox else None})
+    sandbox = images.sandbox_image() or config.sandbox_image
+    obj = node_images_object(config.node, listed, observed_at=time.time(), lease_seconds=config.lease,
+                             spec={"sandboxImage": sandbox_image_report(sandbox, listed) if sandbox else None},
+                             hashes=image_hashes(listed) if config.list_form == "hashes" else None)
     json.dump(obj, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0
@@ -76,7 +78,8 @@ def _start(images: ImageClient, config: AgentConfig, stops: Stops):
         pinner = Pinner(ImageRecords(images.endpoint, timeout=images.timeout), config.pin_needed_images,
                         max_bytes=config.pin_max_bytes)
         stops.add(pinner.records.close)
-    agent = Agent(images, Publisher(api, config.node, lease_seconds=config.lease), interval=config.interval,
+    agent = Agent(images, Publisher(api, config.node, lease_seconds=config.lease,
+                                           hashed=config.list_form == "hashes"), interval=config.interval,
                   exit_after_failures=config.exit_after_failures, image_events=config.image_events,
                   sandbox_image=config.sandbox_image, pinner=pinner)
     if pinner is not None:

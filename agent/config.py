@@ -15,6 +15,7 @@ from image_preflight.flags import COUNT, IMAGE, NAME, SECONDS, Flags, Kind, betw
 from image_preflight.kube.client import ClusterFlags
 
 DEFAULT_CRI_ENDPOINT = "unix:///run/containerd/containerd.sock"  # containerd's own default
+LIST_FORMS = ("images", "hashes")  # NodeImages' spec.images, or spec.imageHashes
 
 
 # Kubernetes quantities' suffixes for bytes (k8s.io/apimachinery/pkg/api/resource). By hand: the
@@ -63,6 +64,10 @@ class AgentConfig(Flags):
     lease: int = flag(300, kind=Kind(SECONDS.metavar, int), check=lambda lease: None if 1 <= lease <= MAX_LEASE_S
                       else f"must be 1 to {MAX_LEASE_S}", help=f"how long a published list counts as current "
                       f"(1 to {MAX_LEASE_S})")
+    list_form: str = flag(LIST_FORMS[0], choices=LIST_FORMS,
+                          help="how the names are published: images lists each image as the runtime gives it; "
+                          "hashes (spec.imageHashes) a thirtieth of the size, for clusters of hundreds of nodes, "
+                          "which readers that predate spec.imageHashes cannot read (docs/agent.md, the published form)")
     cluster: ClusterFlags = flags_of(ClusterFlags, when="with --publish: ")
     exit_after_failures: int = flag(3, kind=COUNT, help="exit 1 after N cycles in a row without an answer from the "
                                     "runtime, so the kubelet restarts the container with a fresh socket mount (0: never)")

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from image_preflight.agent.cri import RuntimeImage
 from image_preflight.core.decide.references import InvalidReference
-from image_preflight.core.decide.inventory import image_key
+from image_preflight.core.decide.inventory import image_key, image_keys
 from image_preflight.core.sources.runtime_lists import RENEW_WHEN_REMAINING, parse_time, runtime_object
 
 CREATE, CHANGED, RENEW = "create", "changed", "renew"
@@ -56,20 +56,10 @@ def sandbox_image_report(name: str, images: Sequence[Mapping]) -> dict:
         return {"name": name, "present": False}
     present = any(
         wanted == image.get("id")
-        or wanted in _keys([*(image.get("repoTags") or ()), *(image.get("repoDigests") or ())])
+        or wanted in image_keys([*(image.get("repoTags") or ()), *(image.get("repoDigests") or ())])
         for image in images
     )
     return {"name": name, "present": present}
-
-
-def _keys(names: Iterable[str]) -> set[str]:
-    keys = set()
-    for name in names:
-        try:
-            keys.add(image_key(name))
-        except InvalidReference:  # a runtime name such as "<none>:<none>"
-            continue
-    return keys
 
 
 # The spec fields an agent reports beside its images: spec.sandboxImage (sandbox_image_report)
@@ -78,12 +68,13 @@ OPTIONAL_SPEC = ("sandboxImage", "pinning")
 
 
 def node_images_object(node: str, images: Sequence[Mapping], *, observed_at: float, lease_seconds: int,
-                       spec: Mapping[str, Mapping | None] | None = None) -> dict:
-    """The NodeImages object; `spec.imageCount` is for `kubectl get` only (readers count `images`).
-    `spec`: the OPTIONAL_SPEC fields it carries (a None value leaves one out)."""
+                       spec: Mapping[str, Mapping | None] | None = None, hashes: Mapping | None = None) -> dict:
+    """The NodeImages object; `spec.imageCount` is for `kubectl get` only (readers count names).
+    `spec`: the OPTIONAL_SPEC fields it carries (a None value leaves one out); `hashes`: the
+    images as `spec.imageHashes` (runtime_lists.image_hashes), None to list them."""
     extra = {name: value for name, value in (spec or {}).items() if value is not None}
     obj = runtime_object(node, images, observed_at=observed_at, lease_seconds=lease_seconds,
-                         sandbox_image=extra.get("sandboxImage"))
+                         sandbox_image=extra.get("sandboxImage"), hashes=hashes)
     obj["spec"]["imageCount"] = len(images)
     if "pinning" in extra:
         obj["spec"]["pinning"] = dict(extra["pinning"])
@@ -93,25 +84,32 @@ def node_images_object(node: str, images: Sequence[Mapping], *, observed_at: flo
 def publish_reason(
     stored: Mapping | None, images: Sequence[Mapping], *, now: float, lease_seconds: int,
     spec: Mapping[str, Mapping | None] | None = None, digests: tuple[str, str] | None = None,
+    hashes: Mapping | None = None,
 ) -> str | None:
     """Why the object must be written now (CREATE, CHANGED, RENEW), or None to leave it.
 
     `stored` is the object as last read from or written to the apiserver; `spec` the OPTIONAL_SPEC
     fields it should carry (None: none). `digests`: the fingerprints of the stored images and of
     `images`, where the caller keeps them (a list of 10,000 images takes milliseconds to digest).
+    `hashes`: the images' `spec.imageHashes` when they are published so (None: listed).
     """
     if stored is None:
         return CREATE
     stored_spec = stored.get("spec") if isinstance(stored.get("spec"), Mapping) else {}
-    stored_images = stored_spec.get("images")
-    if not isinstance(stored_images, list) or not all(isinstance(i, Mapping) for i in stored_images):
-        return CHANGED
-    try:
-        stored_digest, digest = digests if digests is not None else (fingerprint(stored_images), fingerprint(images))
-    except (TypeError, ValueError):  # an object someone else wrote badly: ours replaces it
-        return CHANGED
-    if stored_digest != digest:
-        return CHANGED
+    if hashes is not None:
+        if "images" in stored_spec or stored_spec.get("imageHashes") != dict(hashes):
+            return CHANGED
+    else:
+        stored_images = stored_spec.get("images")
+        if not isinstance(stored_images, list) or not all(isinstance(i, Mapping) for i in stored_images):
+            return CHANGED
+        try:
+            stored_digest, digest = (digests if digests is not None
+                                     else (fingerprint(stored_images), fingerprint(images)))
+        except (TypeError, ValueError):  # an object someone else wrote badly: ours replaces it
+            return CHANGED
+        if stored_digest != digest:
+            return CHANGED
     for name in OPTIONAL_SPEC:
         value = (spec or {}).get(name)
         if stored_spec.get(name) != (dict(value) if value is not None else None):

@@ -26,7 +26,7 @@ from image_preflight.agent.inventory import (
 )
 from image_preflight.agent.pinner import Pinner
 from image_preflight.kube.watch import describe_error
-from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION
+from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, image_hashes
 from image_preflight.errors import UnavailableError
 
 log = logging.getLogger(__name__)
@@ -44,10 +44,13 @@ class PublishError(UnavailableError):
 
 
 class Publisher:
-    def __init__(self, api_client: kubernetes.client.ApiClient, node: str, *, lease_seconds: int) -> None:
+    def __init__(self, api_client: kubernetes.client.ApiClient, node: str, *, lease_seconds: int,
+                 hashed: bool = False) -> None:
         self._api = kubernetes.client.CustomObjectsApi(api_client)
         self.node = node
         self.lease_seconds = lease_seconds
+        self.hashed = hashed  # publish spec.imageHashes in place of spec.images
+        self._hashes: tuple[str, dict] | None = None  # (fingerprint, its spec.imageHashes)
         self._stored: dict | None = None  # the object as last read or written
         self._stored_digest: tuple[int, str] | None = None  # (id of _stored, its images' fingerprint)
         self._known = False  # False: _stored may be out of date, read before deciding
@@ -66,16 +69,18 @@ class Publisher:
         (agent.inventory), None for none."""
         extra = {field: None if field in self.pruned else value for field, value in (spec or {}).items()}
         digest = fingerprint(images) if digest is None else digest
+        hashes = self._hashes_of(images, digest) if self.hashed else None
         for _ in range(_MAX_ATTEMPTS):
             if not self._known:
                 self._stored = self._read()
                 self._known = True
             reason = publish_reason(self._stored, images, now=now, lease_seconds=self.lease_seconds, spec=extra,
-                                    digests=(self._digest_of_stored(), digest))
+                                    digests=None if self.hashed else (self._digest_of_stored(), digest),
+                                    hashes=hashes)
             if reason is None:
                 return None
             body = node_images_object(self.node, images, observed_at=now, lease_seconds=self.lease_seconds,
-                                      spec=extra)
+                                      spec=extra, hashes=hashes)
             self._known = False  # a write that fails in any way leaves the stored object unknown
             try:
                 self._stored = self._write(body)
@@ -93,6 +98,12 @@ class Publisher:
                                 " upgrades a CRD) and restart the agent to report it", self.where, field)
             return reason
         raise PublishError(f"{self.where}: still conflicting after {_MAX_ATTEMPTS} attempts")
+
+    def _hashes_of(self, images: list[dict], digest: str) -> dict:
+        """spec.imageHashes of `images`, encoded again only when they changed."""
+        if self._hashes is None or self._hashes[0] != digest:
+            self._hashes = (digest, image_hashes(images))
+        return self._hashes[1]
 
     def _digest_of_stored(self) -> str:
         """The stored images' fingerprint, digested once per stored object ("" for one that cannot be)."""
@@ -119,8 +130,8 @@ class Publisher:
         size = len(json.dumps(body, separators=(",", ":")))
         if size > ETCD_REQUEST_LIMIT:
             log.warning("%s: %d images make a %.1f MiB object, over etcd's default request limit"
-                        " of 1.5 MiB; the apiserver may refuse it", self.where, len(body["spec"]["images"]),
-                        size / 2**20)
+                        " of 1.5 MiB; the apiserver may refuse it (the agent's --list-form hashes takes a"
+                        " thirtieth)", self.where, body["spec"]["imageCount"], size / 2**20)
         if self._stored is None:
             return self._api.create_cluster_custom_object(GROUP, VERSION, PLURAL, body, _request_timeout=_TIMEOUT)
         # The resourceVersion makes the replace fail with 409 if anyone wrote since we read.

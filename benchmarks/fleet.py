@@ -1,6 +1,7 @@
 """A fleet on KWOK: what a published form of the node agents' image lists costs etcd, the
 apiserver and the webhook. --form today (the default): one NodeImages object per node, the whole
-runtime list in it, renewed by rewriting it.
+runtime list in it, renewed by rewriting it; --form hashes: the same object with its names' hashes
+(the agent's --list-form hashes) in place of the list.
 
     export PATH="$(tests/controlplane/build | tail -n 1):$PATH"
     benchmarks/fleet/build                               # kwok, cached; found by this script too
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import functools
 import hashlib
 import json
 import os
@@ -402,15 +404,16 @@ BUILT_IN_KINDS = {"Lease": ("coordination.k8s.io", "leases", True, "/registry/le
 
 
 class PublisherForm:
-    """today: each node's agent's own Publisher (agent/publisher.py) as it is. One NodeImages
+    """today, hashes: each node's agent's own Publisher (agent/publisher.py) as it is, listing the
+    images (--list-form images) or their names' hashes (--list-form hashes). One NodeImages
     object holding the whole list, renewed by rewriting it (only spec.observedAt changes); each
     node's Publisher is kept across rounds, so a renewal reads nothing first."""
 
-    name = "today"
     resources = (PLURAL,)
 
-    def __init__(self, plane: ControlPlane, api: k8s.ApiClient, nodes: int) -> None:
-        self.publishers = [Publisher(api, node_name(i), lease_seconds=LEASE_S) for i in range(nodes)]
+    def __init__(self, plane: ControlPlane, api: k8s.ApiClient, nodes: int, *, hashed: bool = False) -> None:
+        self.name = "hashes" if hashed else "today"
+        self.publishers = [Publisher(api, node_name(i), lease_seconds=LEASE_S, hashed=hashed) for i in range(nodes)]
 
     def write(self, index: int, images: list[dict], spec: dict, now: float) -> str | None:
         return self.publishers[index].publish(images, now=now, digest=fingerprint(images), spec=spec)
@@ -501,7 +504,7 @@ class ObjectsForm:
 # --form: the published forms measured on the same fleet, each made as
 # FORMS[name](plane, api_client, nodes). A later form is
 # functools.partial(ObjectsForm, name=..., objects=..., renewal=..., crds=(its CRD files,)).
-FORMS = {"today": PublisherForm}
+FORMS = {"today": PublisherForm, "hashes": functools.partial(PublisherForm, hashed=True)}
 
 
 class Round:

@@ -68,6 +68,7 @@ from benchmarks.fleet import catalogue, draw_sets, holding_probabilities, sharin
 from image_preflight.agent.cri import RuntimeImage  # noqa: E402
 from image_preflight.agent.inventory import image_dicts, node_images_object  # noqa: E402
 from image_preflight.core.decide.inventory import image_key  # noqa: E402
+from image_preflight.core.sources.image_hashes import decode, hashes_of, pack  # noqa: E402
 from image_preflight.core.sources.runtime_lists import RENEW_WHEN_REMAINING, node_images_from_runtime  # noqa: E402
 from image_preflight.image_set import compact  # noqa: E402
 
@@ -138,42 +139,6 @@ def lease_bytes(node: str) -> int:
     return len(stored("Lease", node, spec, "coordination.k8s.io/v1", "image-preflight"))
 
 
-# --- hashed sets: Golomb-Rice in two streams -------------------------------------------------------
-
-def hashes(keys, bits: int) -> np.ndarray:
-    """The first `bits` bits of BLAKE2b of each key, sorted and unique."""
-    values = [int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big") >> (64 - bits)
-              for key in keys]
-    return np.unique(np.array(values, dtype=np.uint64))
-
-
-def rice_encode(values: np.ndarray, bits: int) -> str:
-    """Sorted values below 2**bits: their gaps, each a quotient in unary and `k` remainder bits."""
-    n = values.size
-    k = max(0, int(math.log2(max(1.0, 2.0 ** bits / max(n, 1) * math.log(2)))))
-    gaps = np.diff(values, prepend=np.uint64(0))
-    quotients = (gaps >> np.uint64(k)).astype(np.int64)
-    unary = np.ones(int(quotients.sum()) + n, dtype=np.uint8)
-    unary[np.cumsum(quotients + 1) - 1] = 0
-    shifts = np.arange(k - 1, -1, -1, dtype=np.uint64)
-    remainders = ((gaps[:, None] >> shifts) & np.uint64(1)).astype(np.uint8)
-    packed_unary = np.packbits(unary).tobytes()
-    head = n.to_bytes(4, "big") + bytes([k]) + len(packed_unary).to_bytes(4, "big")
-    return base64.b64encode(head + packed_unary + np.packbits(remainders).tobytes()).decode()
-
-
-def rice_decode(text: str) -> np.ndarray:
-    raw = base64.b64decode(text)
-    n, k, length = int.from_bytes(raw[:4], "big"), raw[4], int.from_bytes(raw[5:9], "big")
-    ends = np.flatnonzero(np.unpackbits(np.frombuffer(raw, np.uint8, length, 9)) == 0)[:n]
-    quotients = np.diff(ends, prepend=-1) - 1
-    bits = np.unpackbits(np.frombuffer(raw, np.uint8, offset=9 + length))[:n * k].reshape(n, k)
-    remainders = np.zeros(n, dtype=np.uint64)
-    for column in range(k):
-        remainders = (remainders << np.uint64(1)) | bits[:, column]
-    return np.cumsum((quotients.astype(np.uint64) << np.uint64(k)) | remainders)
-
-
 # --- the forms ---------------------------------------------------------------------------------------
 
 def intern(table: dict, keys) -> np.ndarray:
@@ -206,13 +171,13 @@ class Form:
         spec = {"nodeName": node, "observedAt": NOW, "leaseDurationSeconds": LEASE_S, "imageCount": len(images),
                 "sandboxImage": SANDBOX, **self.names_fields(keys, ids)}
         if self.id_bits:
-            spec |= {"idHashBits": self.id_bits, "ids": rice_encode(hashes(ids, self.id_bits), self.id_bits)}
+            spec |= {"idHashBits": self.id_bits, "ids": pack(hashes_of(ids, self.id_bits), self.id_bits)}
         return stored("NodeImages", node, spec)
 
     def decode(self, raw: bytes, table: dict) -> tuple[np.ndarray, np.ndarray]:
         spec = json.loads(raw)["spec"]
         refs, ids = self.names_of(spec, table)
-        return refs, rice_decode(spec["ids"]) if self.id_bits else hashes(ids, 64)
+        return refs, decode(spec["ids"], bits=self.id_bits) if self.id_bits else hashes_of(ids, 64)
 
 
 class Today(Form):
@@ -282,10 +247,10 @@ class Hashed(Form):
         self.bits = bits
 
     def names_fields(self, keys, ids):
-        return {"hashBits": self.bits, "names": rice_encode(hashes(keys, self.bits), self.bits)}
+        return {"hashBits": self.bits, "names": pack(hashes_of(keys, self.bits), self.bits)}
 
     def names_of(self, spec, table):
-        return intern(table, rice_decode(spec["names"]).tolist()), []
+        return intern(table, decode(spec["names"], bits=self.bits).tolist()), []
 
 
 class Shared(Form):

@@ -8,6 +8,7 @@ The table only grows: it holds each name ever seen, which is bounded by the imag
 
 from __future__ import annotations
 
+import functools
 import threading
 from array import array
 from bisect import bisect_left
@@ -15,6 +16,7 @@ from collections.abc import Iterable, Iterator, Set
 from dataclasses import replace
 
 from image_preflight.core.decide.inventory import Inventory, NodeImages
+from image_preflight.core.sources.image_hashes import ImageHashes, key_hash
 
 _ids: dict[str, int] = {}
 _names: list[str] = []
@@ -33,6 +35,14 @@ def _id_of(name: str) -> int:
         return found
 
 
+def _among(members: array, found: int | None) -> bool:
+    """Whether the sorted `members` hold `found` (None: not in the table, so in no set)."""
+    if found is None:
+        return False
+    index = bisect_left(members, found)
+    return index < len(members) and members[index] == found
+
+
 class ImageSet(Set):
     __slots__ = ("_members",)
 
@@ -40,11 +50,7 @@ class ImageSet(Set):
         self._members = array("I", sorted({_id_of(name) for name in names}))
 
     def __contains__(self, name: object) -> bool:
-        found = _ids.get(name) if isinstance(name, str) else None
-        if found is None:
-            return False
-        index = bisect_left(self._members, found)
-        return index < len(self._members) and self._members[index] == found
+        return _among(self._members, _ids.get(name) if isinstance(name, str) else None)
 
     def __len__(self) -> int:
         return len(self._members)
@@ -59,9 +65,45 @@ class ImageSet(Set):
         return f"ImageSet({sorted(self)!r})"
 
 
+# The hashes of published lists (image_hashes), each stored once under a small integer as names are.
+_hash_ids: dict[int, int] = {}
+_hashed_key = functools.lru_cache(maxsize=1 << 16)(key_hash)  # a review asks every node for the same keys
+
+
+def _hash_id(value: int) -> int:
+    found = _hash_ids.get(value)
+    if found is not None:
+        return found
+    with _lock:
+        return _hash_ids.setdefault(value, len(_hash_ids))
+
+
+class HashSet:
+    """ImageHashes in 4 bytes a hash: `key in hashes` for an image_key(), and len()."""
+
+    __slots__ = ("_members",)
+
+    def __init__(self, hashes: ImageHashes) -> None:
+        self._members = array("I", sorted(map(_hash_id, hashes.values.tolist())))
+
+    def __contains__(self, key: object) -> bool:
+        return _among(self._members, _hash_ids.get(_hashed_key(key)) if isinstance(key, str) else None)
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HashSet) and self._members == other._members
+
+    def __hash__(self) -> int:
+        return hash(self._members.tobytes())
+
+
 def compact(node: NodeImages) -> NodeImages:
-    """`node` with its name sets held as ImageSets: what the shells keep of every list they read."""
-    return replace(node, refs=ImageSet(node.refs), ids=ImageSet(node.ids))
+    """`node` with its name sets held as ImageSets (or HashSets): what the shells keep of every list
+    they read."""
+    refs = HashSet(node.refs) if isinstance(node.refs, ImageHashes) else ImageSet(node.refs)
+    return replace(node, refs=refs, ids=ImageSet(node.ids))
 
 
 def compact_inventory(inventory: Inventory) -> Inventory:

@@ -18,7 +18,7 @@ from image_preflight.agent.publisher import PublishError, Publisher
 from image_preflight.cli import main, parse_config
 from tests.containerd import SANDBOX_IMAGE as SANDBOX, manifest_digest, tag
 from tests.fake_apiserver import FakeApiServer
-from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, parse_time
+from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, image_hashes, parse_time
 from image_preflight.core.sources.snapshots import load_snapshot
 from tests.agent_cluster import ALPHA, DEADLINE_S, NODE, SWE, import_images
 from tests.agent_helpers import SAMPLE, T0, image, names_by_id, printed
@@ -273,6 +273,9 @@ def test_the_published_object_fits_the_crd_and_loses_nothing_to_pruning():
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate({**obj, "spec": {**obj["spec"], "sandboxImage": broken}}, schema)
     assert undeclared({**obj, "spec": {**obj["spec"], "extra": 1}}, schema) == [".spec.extra"]
+    hashed = node_images_object(NODE, SAMPLE, observed_at=T0, lease_seconds=300, hashes=image_hashes(SAMPLE))
+    jsonschema.validate(hashed, schema)
+    assert undeclared(hashed, schema) == [] and "images" not in hashed["spec"]
     assert obj["metadata"]["name"] == obj["spec"]["nodeName"]  # the CRD's CEL rule
     for broken in ({"images": None}, {"leaseDurationSeconds": 0}, {"observedAt": 5}):
         with pytest.raises(jsonschema.ValidationError):

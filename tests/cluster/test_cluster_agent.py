@@ -23,7 +23,8 @@ from image_preflight.agent.cri import ImageClient
 from image_preflight.agent.inventory import CHANGED, CREATE, RENEW
 from image_preflight.agent.publisher import Agent, Publisher
 from image_preflight.cli import main
-from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time
+from image_preflight.core.sources.runtime_lists import (
+    GROUP, PLURAL, VERSION, format_time, image_hashes, node_images_from_runtime, runtime_object)
 from tests.agent_cluster import ALPHA, DEADLINE_S, SWE, import_images, wait_listed, wait_until
 from tests.agent_helpers import SAMPLE, T0, names_by_id, printed
 from tests.containerd import SANDBOX_IMAGE as SANDBOX, remove, tag
@@ -245,6 +246,45 @@ def test_an_object_from_a_previous_run_is_taken_over_without_a_write(cluster):
     assert cluster.writes() == ["create"]
     # A different lease is written at once: readers must use the one the agent keeps.
     assert Publisher(cluster.api, cluster.node, lease_seconds=60).publish(SAMPLE, now=T0 + 6) == RENEW
+
+
+def test_a_hashed_list_is_written_when_it_changes_and_read_back_as_the_listed_one(cluster):
+    hashed = Publisher(cluster.api, cluster.node, lease_seconds=30, hashed=True)
+    assert hashed.publish(SAMPLE, now=T0) == CREATE
+    spec = cluster.stored()["spec"]
+    assert "images" not in spec and spec["imageHashes"] == image_hashes(SAMPLE) and spec["imageCount"] == 2
+    for now in (T0 + 1, T0 + 19.9):
+        assert hashed.publish(SAMPLE, now=now) is None
+    assert hashed.publish(SAMPLE[:1], now=T0 + 20) == CHANGED
+    assert hashed.publish(SAMPLE[:1], now=T0 + 40) == RENEW
+    assert cluster.writes() == ["create", "update", "update"]
+    read = node_images_from_runtime(cluster.stored())
+    listed = node_images_from_runtime(runtime_object(cluster.node, SAMPLE[:1], observed_at=T0, lease_seconds=30))
+    for name in (ALPHA, SWE):
+        assert read.holds(name) is listed.holds(name)
+    assert read.holds(ALPHA)
+
+    # Switching forms rewrites the object at once, either way.
+    assert Publisher(cluster.api, cluster.node, lease_seconds=30).publish(SAMPLE[:1], now=T0 + 41) == CHANGED
+    assert "imageHashes" not in cluster.stored()["spec"] and cluster.stored()["spec"]["images"] == SAMPLE[:1]
+    assert Publisher(cluster.api, cluster.node, lease_seconds=30, hashed=True).publish(SAMPLE[:1], now=T0 + 42) \
+        == CHANGED
+    assert "images" not in cluster.stored()["spec"]
+
+
+@pytest.mark.parametrize("spec", [
+    {"images": SAMPLE, "imageHashes": image_hashes(SAMPLE)},  # both
+    {},  # neither
+    {"imageHashes": {**image_hashes(SAMPLE), "algorithm": "sha1"}},
+    {"imageHashes": {**image_hashes(SAMPLE), "count": 100_001}},
+])
+def test_the_crd_refuses_an_object_with_both_forms_neither_or_a_bad_one(cluster, spec):
+    body = runtime_object(cluster.node, SAMPLE, observed_at=T0, lease_seconds=30)
+    del body["spec"]["images"]
+    body["spec"].update(spec)
+    with pytest.raises(ApiException) as refused:
+        k8s.CustomObjectsApi(cluster.plane.core().api_client).create_cluster_custom_object(GROUP, VERSION, PLURAL, body)
+    assert refused.value.status == 422
 
 
 def test_the_agents_token_may_not_list_watch_patch_or_delete_node_lists(cluster, publisher):

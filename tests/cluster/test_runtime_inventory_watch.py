@@ -35,7 +35,7 @@ from image_preflight.core.decide.inventory import image_key
 from image_preflight.webhook.live_inventory import LiveInventory
 from image_preflight.kube.nodes import node_watcher
 from image_preflight.kube.watch import ResourceWatcher
-from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time
+from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time, image_hashes
 from image_preflight.kube.node_images import node_images_watcher
 
 DEADLINE_S = 10.0
@@ -195,7 +195,8 @@ def watched(service_accounts, case, reader) -> Iterator[Callable[..., tuple[Live
     api_client.close()
 
 
-def test_a_published_complete_list_turns_unknown_into_a_denial(nodes, publisher_api, watched):
+@pytest.mark.parametrize("hashed", [False, True], ids=["images", "hashes"])
+def test_a_published_complete_list_turns_unknown_into_a_denial(nodes, publisher_api, watched, hashed):
     live, _ = watched()
     now = time.time()
     # Node status alone: cpu-1 is at the cap, so an image absent there proves nothing.
@@ -204,7 +205,7 @@ def test_a_published_complete_list_turns_unknown_into_a_denial(nodes, publisher_
     assert admit(job_review(NEVER_BUILT), live.current, Settings(), now=now).review["response"]["allowed"] is True
 
     # The agent publishes the runtime's complete list.
-    Publisher(publisher_api, nodes.cpu, lease_seconds=LEASE).publish(runtime_images(HELD), now=now)
+    Publisher(publisher_api, nodes.cpu, lease_seconds=LEASE, hashed=hashed).publish(runtime_images(HELD), now=now)
     wait_until(lambda: source_of(live, nodes.cpu) == "cri", "the webhook's inventory takes the published list")
 
     decision = decide(job_spec(NEVER_BUILT), live.current, now=now)
@@ -331,8 +332,11 @@ def scan_report(tmp_path: Path, document: dict, images: list[str]) -> dict:
     return json.loads(report.read_text())
 
 
-def test_dump_then_scan_reports_an_absent_image_as_missing(control_plane, nodes, publisher_api, tmp_path, capsys):
-    Publisher(publisher_api, nodes.cpu, lease_seconds=LEASE).publish(runtime_images(HELD), now=time.time())
+@pytest.mark.parametrize("hashed", [False, True], ids=["images", "hashes"])
+def test_dump_then_scan_reports_an_absent_image_as_missing(control_plane, nodes, publisher_api, tmp_path, capsys,
+                                                           hashed):
+    Publisher(publisher_api, nodes.cpu, lease_seconds=LEASE, hashed=hashed).publish(runtime_images(HELD),
+                                                                                   now=time.time())
     document, _ = dump(control_plane.kubeconfig, tmp_path, capsys)
     assert document["kind"] == "List"
     ours = only(document, {nodes.cpu, nodes.gpu})
@@ -409,8 +413,9 @@ def test_dump_names_an_unreachable_cluster(tmp_path, capsys):
     assert not (tmp_path / "d.json").exists()
 
 
+@pytest.mark.parametrize("hashed", [False, True], ids=["images", "hashes"])
 def test_serve_with_a_kubeconfig_denies_from_a_published_list(control_plane, case, nodes, reader,
-                                                              start_webhook):  # noqa: F811
+                                                              start_webhook, hashed):  # noqa: F811
     # The whole path: `serve` watches Nodes and NodeImages; node status is capped at 50 names,
     # so only the agent's complete list can prove NEVER_BUILT absent.
     webhook = start_webhook("--kubeconfig", str(reader), "--node-selector", case.selector)
@@ -420,10 +425,51 @@ def test_serve_with_a_kubeconfig_denies_from_a_published_list(control_plane, cas
         return webhook.post(job_review(NEVER_BUILT))[1]["response"]
 
     assert response()["allowed"] is True  # unknown: allowed with a warning
-    create_node_images(control_plane, node_images(nodes.cpu, HELD, observed_at=time.time()))
+    published = node_images(nodes.cpu, HELD, observed_at=time.time())
+    if hashed:
+        published["spec"]["imageHashes"] = image_hashes(published["spec"].pop("images"))
+    create_node_images(control_plane, published)
     wait_until(lambda: not response()["allowed"], "denied once the complete list is watched")
     assert response()["status"]["code"] == 422
     assert webhook.post(job_review(HELD[70]))[1]["response"]["allowed"] is True
+
+
+def test_switching_the_published_form_back_and_forth_changes_no_decision(control_plane, case, nodes, reader,
+                                                                       publisher_api, start_webhook):  # noqa: F811
+    """The upgrade's second step (docs/agent.md, "The published form"): the agent rewrites its list
+    in the other form while reviews stream in; serve decides each the same way throughout."""
+    webhook = start_webhook("--kubeconfig", str(reader), "--node-selector", case.selector)
+    wait_until(lambda: webhook.get("/readyz")[0] == 200, "ready after the first list")
+    images = runtime_images(HELD)
+    Publisher(publisher_api, nodes.cpu, lease_seconds=LEASE).publish(images, now=time.time())
+    expected = {NEVER_BUILT: False, HELD[70]: True, BUILT: True}  # HELD[70]: beyond node status' 50
+    wait_until(lambda: not webhook.post(job_review(NEVER_BUILT))[1]["response"]["allowed"], "the listed form read")
+    wrong: list[tuple[str, bool]] = []
+    reviews = 0
+    stop = threading.Event()
+
+    def stream() -> None:
+        nonlocal reviews
+        while not stop.is_set():
+            for image, allowed in expected.items():
+                if webhook.post(job_review(image))[1]["response"]["allowed"] is not allowed:
+                    wrong.append((image, not allowed))
+                reviews += 1
+
+    streaming = threading.Thread(target=stream, daemon=True)
+    streaming.start()
+    forms = []
+    for switch in range(6):
+        Publisher(publisher_api, nodes.cpu, lease_seconds=LEASE, hashed=switch % 2 == 0).publish(images,
+                                                                                                  now=time.time())
+        stored = k8s.CustomObjectsApi(control_plane.core().api_client).get_cluster_custom_object(
+            GROUP, VERSION, PLURAL, nodes.cpu)
+        forms.append(sorted({"images", "imageHashes"} & set(stored["spec"])))
+        time.sleep(0.3)
+    stop.set()
+    streaming.join(30)
+    assert forms == [["imageHashes"], ["images"]] * 3
+    assert wrong == [] and reviews >= 60, (wrong, reviews)
 
 
 def test_serve_is_ready_only_once_it_holds_the_published_lists(service_accounts, case, nodes, start_webhook,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 from image_preflight.core.decide.memory import Memory
 from image_preflight.core.decide.references import InvalidReference, docker_ref, is_valid_digest
@@ -35,7 +36,8 @@ def is_image_id(key: str) -> bool:
     return key.startswith(_ID_PREFIXES)
 
 
-def _keys(names: Iterable[str]) -> frozenset[str]:
+def image_keys(names: Iterable[str]) -> frozenset[str]:
+    """image_key() of each name a runtime can resolve."""
     keys = set()
     for name in names:
         try:
@@ -45,14 +47,24 @@ def _keys(names: Iterable[str]) -> frozenset[str]:
     return frozenset(keys)
 
 
+class Names(Protocol):
+    """What a node's names are asked: whether one is among them, and how many there are. A set of
+    names, or of their hashes (image_preflight.core.sources.image_hashes)."""
+
+    def __contains__(self, key: object, /) -> bool: ...
+
+    def __len__(self) -> int: ...
+
+
 @dataclass(frozen=True, slots=True)
 class NodeImages:
     """One node's images as last observed."""
 
     node: str
     traits: NodeTraits | None  # None: scheduling traits unknown, so every pod may land here
-    # Plain frozensets here; image_preflight.image_set.compact() stores them in a few bytes a name.
-    refs: Set[str]  # image_key() of every tag and repo digest
+    # Plain frozensets (or ImageHashes) here; image_preflight.image_set.compact() stores them in a
+    # few bytes a name.
+    refs: Names  # image_key() of every tag and repo digest
     ids: Set[str] = frozenset()  # image IDs ("sha256:...")
     complete: bool = True  # False: an absent name proves nothing
     observed_at: float | None = None  # epoch seconds
@@ -76,7 +88,7 @@ class NodeImages:
         traits: NodeTraits | None = None,
         **kwargs,
     ) -> NodeImages:
-        return cls(node, traits, _keys(names), frozenset(ids), **kwargs)
+        return cls(node, traits, image_keys(names), frozenset(ids), **kwargs)
 
     def holds(self, key: str) -> bool:
         return key in self.refs or key in self.ids

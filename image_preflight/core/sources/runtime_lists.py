@@ -8,6 +8,8 @@
       observedAt: "2026-11-29T19:00:00Z"
       leaseDurationSeconds: 300        # stale, so inconclusive, after observedAt + lease
       images: [{id, repoTags, repoDigests, size, pinned}, ...]
+      # or, in place of images: the names' hashes (image_hashes), a thirtieth of the size
+      imageHashes: {algorithm: blake2b-48-rice, count, data}
       sandboxImage: {name, present}    # optional: the runtime's sandbox (pause) image, and
                                        # whether it holds it; absent: the runtime did not say
 """
@@ -18,7 +20,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 
-from image_preflight.core.decide.inventory import NodeImages
+from image_preflight.core.decide.inventory import NodeImages, image_keys
+
+# image_hashes (numpy) is imported where a hashed list is read or written: the faces' flags read
+# this module's constants, and no --help should wait for numpy.
 
 GROUP = "image-preflight.io"
 VERSION = "v1alpha1"
@@ -138,9 +143,17 @@ def node_images_from_runtime(obj: Mapping) -> NodeImages:
         raise ValueError("spec.leaseDurationSeconds: missing or not a positive integer")
     if lease > MAX_LEASE_S:
         raise ValueError(f"spec.leaseDurationSeconds: more than {MAX_LEASE_S} s, the longest a list may count")
-    images = spec.get("images")
+    common = dict(complete=True, observed_at=observed_at, expires_at=observed_at + lease, source="cri",
+                  sandbox_missing=sandbox_missing(spec))
+    images, hashed = spec.get("images"), spec.get("imageHashes")
+    if hashed is not None:
+        from image_preflight.core.sources.image_hashes import ImageHashes, decode
+
+        if images is not None:
+            raise ValueError("spec: both images and imageHashes (one form at a time)")
+        return NodeImages(node, None, ImageHashes(decode(hashed)), **common)
     if not isinstance(images, list):
-        raise ValueError("spec.images: missing or not a list")
+        raise ValueError("spec.images: missing or not a list, and no spec.imageHashes")
     names, ids = [], []
     for index, image in enumerate(images):
         where = f"spec.images[{index}]"
@@ -150,27 +163,27 @@ def node_images_from_runtime(obj: Mapping) -> NodeImages:
         found = image_id(image, where)
         if found:
             ids.append(found)
-    return NodeImages.from_names(
-        node, names, ids=ids, complete=True, observed_at=observed_at, expires_at=observed_at + lease, source="cri",
-        sandbox_missing=sandbox_missing(spec),
-    )
+    return NodeImages.from_names(node, names, ids=ids, **common)
+
+
+def image_hashes(images: Sequence[Mapping]) -> dict:
+    """`spec.imageHashes` for images given as in `spec.images`."""
+    from image_preflight.core.sources.image_hashes import encode
+
+    return encode(image_keys(name for index, image in enumerate(images)
+                             for name in image_names(image, f"images[{index}]")))
 
 
 def runtime_object(node: str, images: Sequence[Mapping], *, observed_at: float, lease_seconds: int,
-                   sandbox_image: Mapping | None = None) -> dict:
+                   sandbox_image: Mapping | None = None, hashes: Mapping | None = None) -> dict:
     """The NodeImages object for `node`; images are dicts with id, repoTags, repoDigests, size, pinned.
-    `sandbox_image` ({name, present}) becomes `spec.sandboxImage`; None leaves it out."""
-    obj = {
-        "apiVersion": API_VERSION,
-        "kind": RUNTIME_KIND,
-        "metadata": {"name": node},
-        "spec": {
-            "nodeName": node,
-            "observedAt": format_time(observed_at),
-            "leaseDurationSeconds": lease_seconds,
-            "images": [dict(image) for image in images],
-        },
-    }
+    `sandbox_image` ({name, present}) becomes `spec.sandboxImage`; None leaves it out. `hashes`
+    (image_hashes(images)) is published in place of the images."""
+    spec: dict = {"nodeName": node, "observedAt": format_time(observed_at), "leaseDurationSeconds": lease_seconds}
+    if hashes is not None:
+        spec["imageHashes"] = dict(hashes)
+    else:
+        spec["images"] = [dict(image) for image in images]
     if sandbox_image is not None:
-        obj["spec"]["sandboxImage"] = {"name": sandbox_image["name"], "present": bool(sandbox_image["present"])}
-    return obj
+        spec["sandboxImage"] = {"name": sandbox_image["name"], "present": bool(sandbox_image["present"])}
+    return {"apiVersion": API_VERSION, "kind": RUNTIME_KIND, "metadata": {"name": node}, "spec": spec}
