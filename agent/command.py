@@ -79,7 +79,8 @@ def _start(images: ImageClient, config: AgentConfig, stops: Stops):
                         max_bytes=config.pin_max_bytes)
         stops.add(pinner.records.close)
     agent = Agent(images, Publisher(api, config.node, lease_seconds=config.lease,
-                                           hashed=config.list_form == "hashes"), interval=config.interval,
+                                           hashed=config.list_form == "hashes",
+                                           namespace=config.cluster.agent_namespace), interval=config.interval,
                   exit_after_failures=config.exit_after_failures, image_events=config.image_events,
                   sandbox_image=config.sandbox_image, pinner=pinner)
     if pinner is not None:

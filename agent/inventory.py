@@ -84,14 +84,15 @@ def node_images_object(node: str, images: Sequence[Mapping], *, observed_at: flo
 def publish_reason(
     stored: Mapping | None, images: Sequence[Mapping], *, now: float, lease_seconds: int,
     spec: Mapping[str, Mapping | None] | None = None, digests: tuple[str, str] | None = None,
-    hashes: Mapping | None = None,
+    hashes: Mapping | None = None, renewed_at: float | None = None,
 ) -> str | None:
     """Why the object must be written now (CREATE, CHANGED, RENEW), or None to leave it.
 
     `stored` is the object as last read from or written to the apiserver; `spec` the OPTIONAL_SPEC
     fields it should carry (None: none). `digests`: the fingerprints of the stored images and of
     `images`, where the caller keeps them (a list of 10,000 images takes milliseconds to digest).
-    `hashes`: the images' `spec.imageHashes` when they are published so (None: listed).
+    `hashes`: the images' `spec.imageHashes` when they are published so (None: listed);
+    `renewed_at`: when its Lease last renewed the stored list (None: never).
     """
     if stored is None:
         return CREATE
@@ -120,6 +121,6 @@ def publish_reason(
         observed_at = parse_time(stored_spec.get("observedAt"), "spec.observedAt")
     except ValueError:
         return RENEW
-    if now >= observed_at + lease_seconds * (1 - RENEW_WHEN_REMAINING):
+    if now >= max(observed_at, renewed_at or observed_at) + lease_seconds * (1 - RENEW_WHEN_REMAINING):
         return RENEW
     return None

@@ -1,7 +1,8 @@
 """Keep this node's NodeImages object in the apiserver current (the agent's I/O shell).
 
 One object per node, named after it. It is written only when the image set changes or its
-lease is due for renewal, so an idle node costs the apiserver one write per renewal.
+lease is due for renewal, so an idle node costs the apiserver one write per renewal: of the whole
+list in the listed form, of its Lease (agent/renewal.py) in the hashed one.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from image_preflight.agent.cri import CRIError, ImageClient
 from image_preflight.agent.events import ImageEvents
 from image_preflight.agent.inventory import (
+    RENEW,
     fingerprint,
     image_dicts,
     node_images_object,
@@ -26,7 +28,8 @@ from image_preflight.agent.inventory import (
 )
 from image_preflight.agent.pinner import Pinner
 from image_preflight.kube.watch import describe_error
-from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, image_hashes
+from image_preflight.agent.renewal import LeaseRenewal, RenewalError, RenewalRefused
+from image_preflight.core.sources.runtime_lists import AGENT_NAMESPACE, GROUP, PLURAL, VERSION, image_hashes
 from image_preflight.errors import UnavailableError
 
 log = logging.getLogger(__name__)
@@ -45,11 +48,14 @@ class PublishError(UnavailableError):
 
 class Publisher:
     def __init__(self, api_client: kubernetes.client.ApiClient, node: str, *, lease_seconds: int,
-                 hashed: bool = False) -> None:
+                 hashed: bool = False, namespace: str = AGENT_NAMESPACE) -> None:
         self._api = kubernetes.client.CustomObjectsApi(api_client)
         self.node = node
         self.lease_seconds = lease_seconds
-        self.hashed = hashed  # publish spec.imageHashes in place of spec.images
+        # Publish spec.imageHashes in place of spec.images, renewed through a Lease in `namespace`
+        # (readers of the listed form do not know the Lease: that form renews by writing again).
+        self.hashed = hashed
+        self.renewal = LeaseRenewal(api_client, node, namespace) if hashed else None
         self._hashes: tuple[str, dict] | None = None  # (fingerprint, its spec.imageHashes)
         self._stored: dict | None = None  # the object as last read or written
         self._stored_digest: tuple[int, str] | None = None  # (id of _stored, its images' fingerprint)
@@ -76,9 +82,11 @@ class Publisher:
                 self._known = True
             reason = publish_reason(self._stored, images, now=now, lease_seconds=self.lease_seconds, spec=extra,
                                     digests=None if self.hashed else (self._digest_of_stored(), digest),
-                                    hashes=hashes)
+                                    hashes=hashes, renewed_at=self._renewed_at())
             if reason is None:
                 return None
+            if reason == RENEW and self._renew(now):
+                return reason
             body = node_images_object(self.node, images, observed_at=now, lease_seconds=self.lease_seconds,
                                       spec=extra, hashes=hashes)
             self._known = False  # a write that fails in any way leaves the stored object unknown
@@ -98,6 +106,37 @@ class Publisher:
                                 " upgrades a CRD) and restart the agent to report it", self.where, field)
             return reason
         raise PublishError(f"{self.where}: still conflicting after {_MAX_ATTEMPTS} attempts")
+
+    def _renewed_at(self) -> float | None:
+        if self.renewal is None:
+            return None
+        try:
+            return self.renewal.renewed_at
+        except RenewalRefused as exc:
+            self._refused(exc)
+            return None
+        except RenewalError as exc:
+            raise PublishError(str(exc)) from None
+
+    def _renew(self, now: float) -> bool:
+        """Renew the stored list through the Lease; False when the list itself must be written
+        again (no Lease to renew with, or a lease duration the list does not carry yet)."""
+        stored_lease = ((self._stored or {}).get("spec") or {}).get("leaseDurationSeconds")
+        if self.renewal is None or stored_lease != self.lease_seconds:
+            return False
+        try:
+            self.renewal.renew(now=now, lease_seconds=self.lease_seconds)
+        except RenewalRefused as exc:
+            self._refused(exc)
+            return False
+        except RenewalError as exc:
+            raise PublishError(str(exc)) from None
+        return True
+
+    def _refused(self, exc: RenewalRefused) -> None:
+        log.warning("%s; renewing %s by writing it again from now on (grant the agent its Lease: the chart's"
+                    " agent Role)", exc, self.where)
+        self.renewal = None
 
     def _hashes_of(self, images: list[dict], digest: str) -> dict:
         """spec.imageHashes of `images`, encoded again only when they changed."""

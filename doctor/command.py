@@ -11,6 +11,7 @@ import time
 from image_preflight.doctor import cluster, findings, gc
 from image_preflight.doctor.config import DoctorConfig
 from image_preflight.doctor.findings import PROBLEM, SKIPPED, Finding
+from image_preflight.core.sources.runtime_lists import AGENT_NAMESPACE
 from image_preflight.errors import PreflightError
 from image_preflight.kube.cluster_inventory import (
     NotServed,
@@ -18,6 +19,7 @@ from image_preflight.kube.cluster_inventory import (
     kubelet_configs,
     list_node_images,
     list_nodes,
+    list_renewals,
 )
 
 
@@ -25,7 +27,8 @@ def run(config: DoctorConfig) -> int:
     api = config.cluster.client()
     try:
         found = check(api, rollouts=config.namespace, webhook_address=config.webhook_address,
-                      max_images=config.max_images, node_selector=config.node_selector, now=time.time())
+                      max_images=config.max_images, node_selector=config.node_selector, now=time.time(),
+                      agent_namespace=config.cluster.agent_namespace)
     finally:
         api.close()
     for finding in found:
@@ -36,7 +39,7 @@ def run(config: DoctorConfig) -> int:
 
 
 def check(api, *, rollouts: str, webhook_address: str | None, max_images: int | None,
-          node_selector: dict[str, str], now: float) -> list[Finding]:
+          node_selector: dict[str, str], now: float, agent_namespace: str = AGENT_NAMESPACE) -> list[Finding]:
     """Every finding, in the order a user fixes them. A PreflightError when the cluster cannot be read."""
     nodes = list_nodes(api)  # unreadable: exit 2
     found: list[Finding] = []
@@ -80,7 +83,8 @@ def check(api, *, rollouts: str, webhook_address: str | None, max_images: int | 
     configs = kubelet_configs(api, names)  # once, for the caps and the image GC
     caps = kubelet_caps(api, names, notes.append, configs=configs)
     found += [Finding(SKIPPED, note) for note in notes]
-    found += findings.node_lists(checked, published, caps, max_images, now)
+    leases = list_renewals(api, agent_namespace, lambda text: found.append(Finding(SKIPPED, text))) if published else []
+    found += findings.node_lists(checked, published, caps, max_images, now, leases)
     found += findings.landing(nodes, node_selector)
     found += _image_gc(api, names, published, configs)
     return found

@@ -22,7 +22,7 @@ from image_preflight.kube.cluster_inventory import read_cluster
 def run(config: DumpConfig) -> int:
     api = config.cluster.client()
     try:
-        document = read_cluster(api, now=time.time(), note=_note)
+        document = read_cluster(api, now=time.time(), note=_note, agent_namespace=config.cluster.agent_namespace)
     finally:
         api.close()
     text = json.dumps(document, separators=(",", ":")) + "\n"
@@ -31,7 +31,8 @@ def run(config: DumpConfig) -> int:
     else:
         write_atomic(config.out, text)
     kinds = [item["kind"] for item in document["items"]]
-    _note(f"{kinds.count('Node')} nodes, {kinds.count(RUNTIME_KIND)} NodeImages, "
+    renewed = f" ({kinds.count('Lease')} renewed by their Lease)" if "Lease" in kinds else ""
+    _note(f"{kinds.count('Node')} nodes, {kinds.count(RUNTIME_KIND)} NodeImages{renewed}, "
           f"{kinds.count('RuntimeClass')} RuntimeClasses" + (f" written to {config.out}" if config.out else ""))
     return 0
 

@@ -118,7 +118,8 @@ def _cluster_inventory(config: ScanConfig, now: float):
                          "or give --inventory") from None
     api = config.cluster.client()
     try:
-        document = read_cluster(api, now=now, note=lambda text: print(f"image-preflight scan: {text}", file=sys.stderr))
+        document = read_cluster(api, now=now, note=lambda text: print(f"image-preflight scan: {text}", file=sys.stderr),
+                                agent_namespace=config.cluster.agent_namespace)
     finally:
         api.close()
     inventory = load_document(document, source="the cluster", observed_at=now, max_images=config.max_images)

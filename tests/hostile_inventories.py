@@ -166,7 +166,7 @@ HOSTILE = [
     ("docker-repository-a-number", "worker.json", docker_line("python", "3.11").replace('"python"', "7"),
      r":1: Repository: expected a string, got int"),
     ("kind-a-list", "nodes.json", json.dumps({"kind": "List", "items": [{"kind": ["Node"] * 10_000}]}),
-     r": items\[0\]: kind a list is not Node, NodeImages or RuntimeClass"),
+     r": items\[0\]: kind a list is not Node, NodeImages, RuntimeClass or Lease"),
     ("kind-a-long-string", "nodes.json", json.dumps({"kind": "List", "items": [{"kind": "N" * 1_000_000}]}),
      r": items\[0\]: kind a string of 1000000 characters is not Node"),
     ("items-an-object", "nodes.json", json.dumps({"kind": "NodeList", "items": {"cpu-1": {}}}), r": items: not a list"),

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
-from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION
+from image_preflight.core.sources.runtime_lists import AGENT_NAMESPACE, GROUP, PLURAL, VERSION, renewal
 from image_preflight.core.watchdog import job_failure
 from image_preflight.core.watchdog.job_failure import AUDIT, AUDITED, EVENT_ONLY, FAILED, Action
 from image_preflight.core.watchdog.pull_failures import FAILED_SANDBOX, not_the_jobs_pod, sandbox_unconfirmed
@@ -36,10 +36,11 @@ def _now() -> str:
 
 class Actions:
     def __init__(self, api: kubernetes.client.ApiClient, *, mode: str, instance: str,
-                 webhooks: frozenset[str] = frozenset()) -> None:
+                 webhooks: frozenset[str] = frozenset(), agent_namespace: str = AGENT_NAMESPACE) -> None:
         self._batch = kubernetes.client.BatchV1Api(api)
         self._core = kubernetes.client.CoreV1Api(api)
         self._custom = kubernetes.client.CustomObjectsApi(api)
+        self.agent_namespace = agent_namespace  # where the Leases renewing hashed lists are
         self.mode = mode
         self.instance = instance
         self.webhooks = webhooks  # whose denials fail a Job
@@ -132,8 +133,21 @@ class Actions:
         finally:
             response.release_conn()
         why = sandbox_unconfirmed(node_images if isinstance(node_images, dict) else {}, stall.node,
-                                  stall.stuck.image, time.time())
+                                  stall.stuck.image, time.time(), renewed_at=self._renewed_at(stall.node))
         return None if why is None else f"not confirmed: {why}"
+
+    def _renewed_at(self, node: str) -> float | None:
+        """When `node`'s agent last renewed its hashed list through its Lease (None: no Lease, or
+        none this token may read: the list then counts until observedAt + lease)."""
+        try:
+            lease = self._custom.get_namespaced_custom_object("coordination.k8s.io", "v1", self.agent_namespace,
+                                                              "leases", node, _request_timeout=_REQUEST_TIMEOUT)
+        except ApiException as exc:
+            if exc.status in (403, 404):
+                return None
+            raise
+        found = renewal(lease)
+        return found[1] if found is not None and found[0] == node else None
 
     def _read_job(self, name: str, namespace: str) -> dict:
         response = self._batch.read_namespaced_job(name, namespace, _preload_content=False,

@@ -48,7 +48,8 @@ def start(config: WatchdogConfig, stops: Stops) -> Watchdog:
     metrics = Metrics()
     stalls = Stalls(config.grace, include_always=config.include_always, webhooks=config.webhook_names)
     instance = os.environ.get("POD_NAME") or socket.gethostname()
-    watchdog = Watchdog(stalls, Actions(api, mode=config.mode, instance=instance, webhooks=config.webhook_names),
+    watchdog = Watchdog(stalls, Actions(api, mode=config.mode, instance=instance, webhooks=config.webhook_names,
+                                                 agent_namespace=config.cluster.agent_namespace),
                         metrics)
     serve_metrics(config.metrics_port, config.host, metrics.registry, stops)
     on_restart = lambda reason: metrics.watch_restarts.labels(reason).inc()  # noqa: E731

@@ -138,7 +138,7 @@ def _inventory_source(config: ServeConfig, metrics: Metrics, stops: Stops):
         stops.add(source.stop)
         # A file is as current as its author made it: ready once read, age since last written.
         return source, lambda: time.time() - source.mtime, source.synced.is_set
-    from image_preflight.kube.node_images import node_images_watcher
+    from image_preflight.kube.node_images import node_images_watcher, renewal_watcher
     from image_preflight.kube.nodes import node_watcher
     from image_preflight.kube.runtime_classes import runtime_class_watcher
 
@@ -152,7 +152,8 @@ def _inventory_source(config: ServeConfig, metrics: Metrics, stops: Stops):
     watcher = node_watcher(api, live, label_selector=config.node_selector, on_restart=restarted)
     # The node agents' complete lists, where the CRD is installed; node status otherwise.
     runtime_lists = node_images_watcher(api, live, on_restart=restarted)
-    for started in (watcher, runtime_lists, runtime_class_watcher(api, live, on_restart=restarted)):
+    renewals = renewal_watcher(api, live, config.cluster.agent_namespace, on_restart=restarted)
+    for started in (watcher, runtime_lists, renewals, runtime_class_watcher(api, live, on_restart=restarted)):
         started.start()
         stops.add(started.stop)
 
@@ -160,11 +161,12 @@ def _inventory_source(config: ServeConfig, metrics: Metrics, stops: Stops):
         # Events and bookmarks both prove the view current, even when nothing changed.
         return float("inf") if watcher.last_sync is None else time.monotonic() - watcher.last_sync
 
-    # Readiness waits for the agents' lists (or the CRD's absence): before them a node past the
-    # kubelet's 50-name cap proves nothing, and every Job needing an image it lacks would be let
-    # through as unknown (20 s at 200 nodes: benchmarks/fleet.py). It does not wait
-    # for RuntimeClasses: until listed, only a pod naming one is undecided.
+    # Readiness waits for the agents' lists (or the CRD's absence) and the Leases that renew them:
+    # before them a node past the kubelet's 50-name cap proves nothing, and every Job needing an
+    # image it lacks would be let through as unknown (20 s at 200 nodes: benchmarks/fleet.py). It
+    # does not wait for RuntimeClasses: until listed, only a pod naming one is undecided.
     def ready() -> bool:
-        return live.synced.is_set() and runtime_lists.synced.is_set() and age() < config.max_inventory_age
+        return (live.synced.is_set() and runtime_lists.synced.is_set() and renewals.synced.is_set()
+                and age() < config.max_inventory_age)
 
     return live, age, ready

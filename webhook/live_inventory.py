@@ -19,7 +19,7 @@ from image_preflight.files.inventory import load_inventory_file
 from image_preflight.core.sources.node_status import node_images_from_node
 from image_preflight.core.decide.runtime_classes import RuntimeClassScheduling, runtime_class_from_object
 from image_preflight.core.decide.scheduling import SchedulingSpecError
-from image_preflight.core.sources.runtime_lists import node_images_from_runtime
+from image_preflight.core.sources.runtime_lists import node_images_from_runtime, renewal, renewed
 from image_preflight.image_set import compact
 from image_preflight.kube.node_images import runtime_node_name
 
@@ -35,6 +35,7 @@ class LiveInventory:
         self._lock = threading.Lock()
         self._status: dict[str, NodeImages] = {}
         self._runtime: dict[str, NodeImages] = {}
+        self._renewals: dict[str, float] = {}  # node -> when its agent's Lease last renewed its list
         self._classes: dict[str, RuntimeClassScheduling] = {}
         self._warned_over_cap: set[str] = set()
         self.current = Inventory()
@@ -90,6 +91,27 @@ class LiveInventory:
             self._runtime.pop(node, None)
             self._publish()
 
+    # The node agents' Leases (see image_preflight.kube.node_images.renewal_watcher).
+    def replace_renewals(self, leases: Iterable[dict]) -> None:
+        renewals = dict(filter(None, map(renewal, leases)))
+        with self._lock:
+            self._renewals = renewals
+            self._publish()
+
+    def upsert_renewal(self, lease: dict) -> None:
+        found = renewal(lease)
+        with self._lock:
+            if found is None:
+                self._renewals.pop(_name(lease), None)  # type: ignore[arg-type]
+            else:
+                self._renewals[found[0]] = found[1]
+            self._publish()
+
+    def delete_renewal(self, lease: dict) -> None:
+        with self._lock:
+            self._renewals.pop(_name(lease), None)  # type: ignore[arg-type]
+            self._publish()
+
     # RuntimeClasses (see image_preflight.kube.runtime_classes).
     def replace_runtime_classes(self, objects: Iterable[dict]) -> None:
         classes = dict(filter(None, map(self._convert_class, objects)))
@@ -141,7 +163,8 @@ class LiveInventory:
 
     def _publish(self) -> None:
         # A runtime list outlives its node's deletion; without the Node it must not come back.
-        runtime = (item for name, item in self._runtime.items() if name in self._status)
+        runtime = (renewed(item, self._renewals.get(name)) for name, item in self._runtime.items()
+                   if name in self._status)
         self.current = Inventory(tuple(self._status.values()), dict(self._classes)).merged(runtime)
 
 

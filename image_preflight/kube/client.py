@@ -1,4 +1,5 @@
-"""The Kubernetes client every command gets, and the flags that choose it (--kubeconfig, --context).
+"""The Kubernetes client every command gets, and the flags that choose it (--kubeconfig, --context),
+with where the node agents keep their Leases (--agent-namespace).
 
 The flags cost no import of the client: a command's parser is built before anything heavy loads.
 """
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
+from image_preflight.core.sources.runtime_lists import AGENT_NAMESPACE
 from image_preflight.errors import InputError
 from image_preflight.flags import FILE, NAME, Flags, flag
 
@@ -25,6 +27,8 @@ class ClusterFlags(Flags):
     kubeconfig: Path | None = flag(None, kind=FILE, help="as kubectl's",
                                    unset="in a pod its service account, else $KUBECONFIG or ~/.kube/config")
     context: str | None = flag(None, kind=NAME, help="a context of the kubeconfig", unset="its current one")
+    agent_namespace: str = flag(AGENT_NAMESPACE, kind=NAME,
+                                help="the node agents' namespace (their Leases)")
     # What else the command could be given when there is no kubeconfig (", or --inventory FILE").
     instead: ClassVar[str] = ""
 

@@ -1,5 +1,6 @@
-"""The cluster's inventory, read once: every Node, the node agents' NodeImages, every RuntimeClass,
-and each kubelet's nodeStatusMaxImages where the caller may read its configz.
+"""The cluster's inventory, read once: every Node, the node agents' NodeImages and the Leases that
+renew the hashed ones, every RuntimeClass, and each kubelet's nodeStatusMaxImages where the caller
+may read its configz.
 
 The result is one `kind: List`, what `inventory dump` writes and `scan` reads without
 `--inventory`: the same document either way.
@@ -7,6 +8,7 @@ The result is one `kind: List`, what `inventory dump` writes and `scan` reads wi
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,7 +18,8 @@ import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
 from image_preflight.core.sources.node_status import CAP_ANNOTATION
-from image_preflight.core.sources.runtime_lists import API_VERSION, GROUP, PLURAL, RUNTIME_KIND, VERSION, node_images_from_runtime
+from image_preflight.core.sources.runtime_lists import (
+    AGENT_NAMESPACE, API_VERSION, GROUP, PLURAL, RUNTIME_KIND, VERSION, node_images_from_runtime, renewal, renewed)
 from image_preflight.errors import InputError, UnavailableError
 from image_preflight.kube.pages import Pages
 from image_preflight.kube.watch import describe_error
@@ -28,18 +31,30 @@ _CONFIGZ_TIMEOUT = (3.0, 5.0)  # a kubelet that does not answer must not hold th
 _CONFIGZ_WORKERS = 8
 
 
-def read_cluster(api: kubernetes.client.ApiClient, *, now: float, note: Note) -> dict:
+def read_cluster(api: kubernetes.client.ApiClient, *, now: float, note: Note,
+                 agent_namespace: str = AGENT_NAMESPACE) -> dict:
     """The List document; `note` hears what was left out and why. Unreadable when the nodes
-    cannot be listed."""
+    cannot be listed. `agent_namespace`: where the agents' Leases are."""
     nodes = list_nodes(api)
     try:
         published = list_node_images(api)
     except NotServed:
         note(f"{PLURAL}.{GROUP} is not served (node agent not deployed?): node status only")
         published = []
+    leases = list_renewals(api, agent_namespace, note) if published else []
     runtime_classes = _runtime_classes(api, note)
     caps = kubelet_caps(api, node_names(nodes), note)
-    return snapshot(nodes, published, now=now, note=note, runtime_classes=runtime_classes, caps=caps)
+    return snapshot(nodes, published, now=now, note=note, runtime_classes=runtime_classes, caps=caps, leases=leases)
+
+
+def list_renewals(api: kubernetes.client.ApiClient, namespace: str, note: Note) -> list[dict]:
+    """The Leases in the agents' namespace; none, with a note, where they may not be listed."""
+    try:
+        return list_all(functools.partial(kubernetes.client.CoordinationV1Api(api).list_namespaced_lease, namespace),
+                        f"leases in {namespace}")
+    except Unreadable as exc:
+        note(f"{exc}: hashed lists count only until their observedAt + lease")
+        return []
 
 
 def list_nodes(api: kubernetes.client.ApiClient) -> list[dict]:
@@ -90,13 +105,15 @@ def node_names(nodes: list[dict]) -> list[str]:
 
 
 def snapshot(nodes: list[dict], published: list[dict], *, now: float, note: Note,
-             runtime_classes: Iterable[dict] = (), caps: dict[str, int] | None = None) -> dict:
+             runtime_classes: Iterable[dict] = (), caps: dict[str, int] | None = None,
+             leases: Iterable[dict] = ()) -> dict:
     """The List document. NodeImages left out, each with a note: unreadable ones, those whose
     lease has ended (they would prove nothing) and those of nodes not in the list (a scan would
-    take them for nodes every Job may land on). A node whose kubelet cap is known carries it in
-    CAP_ANNOTATION."""
+    take them for nodes every Job may land on); each kept one renewed by a Lease (`leases`) is
+    followed by it. A node whose kubelet cap is known carries it in CAP_ANNOTATION."""
     items = [_with_cap(_item(node, "v1", "Node"), caps or {}) for node in nodes]
     names = {(node.get("metadata") or {}).get("name") for node in nodes}
+    renewing = {pair[0]: (pair[1], lease) for lease in leases if (pair := renewal(lease)) is not None}
     for obj in published:
         name = (obj.get("metadata") or {}).get("name")
         try:
@@ -106,10 +123,12 @@ def snapshot(nodes: list[dict], published: list[dict], *, now: float, note: Note
             continue
         if images.node not in names:
             note(f"{PLURAL}/{name}: left out: node {images.node} is not in the cluster")
-        elif not images.conclusive(now):
+        elif not renewed(images, (renewing.get(images.node) or (None,))[0]).conclusive(now):
             note(f"{PLURAL}/{name}: left out: its lease ended (is the agent on {images.node} running?)")
         else:
             items.append(_item(obj, API_VERSION, RUNTIME_KIND))
+            if images.node in renewing:
+                items.append(_item(renewing[images.node][1], "coordination.k8s.io/v1", "Lease"))
     items += (_item(obj, "node.k8s.io/v1", "RuntimeClass") for obj in runtime_classes)
     return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": items}
 

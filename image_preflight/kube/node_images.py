@@ -1,8 +1,10 @@
-"""Follow the node agents' NodeImages objects into the webhook's LiveInventory.
+"""Follow the node agents' NodeImages objects, and the Leases that renew the hashed ones, into the
+webhook's LiveInventory.
 
 Where an agent publishes, its complete list takes the place of the node status' capped one;
 an expired lease makes that list inconclusive (see NodeImages.conclusive). Without the CRD
-(a 404 on list) the watch waits quietly for it and node status stays the only source.
+(a 404 on list) the watch waits quietly for it and node status stays the only source; without
+the right to list the agents' Leases (a 403), hashed lists count until observedAt + lease only.
 """
 
 from __future__ import annotations
@@ -28,6 +30,14 @@ class RuntimeSink(Protocol):
     def delete_runtime(self, node: str) -> None: ...
 
 
+class RenewalSink(Protocol):
+    def replace_renewals(self, leases: Iterable[dict]) -> None: ...
+
+    def upsert_renewal(self, lease: dict) -> None: ...
+
+    def delete_renewal(self, lease: dict) -> None: ...
+
+
 def runtime_node_name(obj: object) -> str | None:
     """The node a NodeImages object speaks for: spec.nodeName, else its name."""
     if not isinstance(obj, Mapping):
@@ -50,4 +60,17 @@ def node_images_watcher(api_client: kubernetes.client.ApiClient, sink: RuntimeSi
         delete=lambda obj: sink.delete_runtime(runtime_node_name(obj) or ""),
         what="nodeimages",
         **{"absent_retry": ABSENT_RETRY_SECONDS, "page_size": NODE_PAGE, **options},
+    )
+
+
+def renewal_watcher(api_client: kubernetes.client.ApiClient, sink: RenewalSink, namespace: str,
+                    **options) -> ResourceWatcher:
+    """A ResourceWatcher over the Leases in the agents' `namespace` feeding `sink`, not started."""
+    return ResourceWatcher(
+        functools.partial(kubernetes.client.CoordinationV1Api(api_client).list_namespaced_lease, namespace),
+        replace=sink.replace_renewals,
+        upsert=sink.upsert_renewal,
+        delete=sink.delete_renewal,
+        what="leases",
+        **{"absent_retry": ABSENT_RETRY_SECONDS, "absent_statuses": (403, 404), "page_size": NODE_PAGE, **options},
     )

@@ -66,8 +66,9 @@ class ResourceWatcher:
     `list_objects(**query)` is a generated client's list method with everything but the query
     bound, e.g. `CoreV1Api(api).list_node`; `what` names it in logs and the thread. `replace` gets the full list after every (re)list,
     `upsert` each added or modified object, `delete` each deleted one. With `absent_retry`, a 404
-    (the resource is not served, e.g. its CRD is not installed) counts as an empty list, logged
-    once, and the list is tried again quietly about every `absent_retry` seconds.
+    (the resource is not served, e.g. its CRD is not installed), or another of `absent_statuses`,
+    counts as an empty list, logged once, and the list is tried again quietly about every
+    `absent_retry` seconds.
     A watch that says nothing for `silence_timeout` seconds once it has delivered a bookmark (for
     `watch_timeout_seconds` plus that before) is dropped and resumed, counted as "silent".
     """
@@ -87,6 +88,7 @@ class ResourceWatcher:
         backoff_max: float = BACKOFF_MAX_S,
         on_restart: Callable[[str], None] | None = None,
         absent_retry: float | None = None,
+        absent_statuses: tuple[int, ...] = (404,),
         silence_timeout: float = SILENCE_TIMEOUT_S,
         page_size: int = PAGE,
     ):
@@ -94,6 +96,7 @@ class ResourceWatcher:
         self._replace, self._upsert, self._delete = replace, upsert, delete
         self._what = what
         self._absent_retry = absent_retry
+        self._absent_statuses = absent_statuses
         self.absent = False  # the last list answered 404 (only with absent_retry)
         # Only the selectors given are sent: a list method without field_selector (none lacks it
         # today) is never handed one.
@@ -156,7 +159,8 @@ class ResourceWatcher:
                                 self._what, describe_error(exc), self._resource_version)
                     self._restart("silent")
                     continue
-                if self._absent_retry is not None and isinstance(exc, ApiException) and exc.status == 404:
+                if (self._absent_retry is not None and isinstance(exc, ApiException)
+                        and exc.status in self._absent_statuses):
                     need_list = True
                     self._on_absent(exc)
                     stop.wait(self._absent_retry * random.uniform(0.5, 1.0))
@@ -187,8 +191,9 @@ class ResourceWatcher:
     def _on_absent(self, exc: ApiException) -> None:
         if self.absent:
             return
-        log.info("%s watch: not served (%s); looking again every %gs", self._what, describe_error(exc),
-                 self._absent_retry)
+        log.log(logging.INFO if exc.status == 404 else logging.WARNING,
+                "%s watch: not served (%s); looking again every %gs", self._what, describe_error(exc),
+                self._absent_retry)
         try:
             self._replace([])
         except Exception as failure:  # noqa: BLE001 - retried at the next 404

@@ -24,7 +24,8 @@ from image_preflight.agent.inventory import CHANGED, CREATE, RENEW
 from image_preflight.agent.publisher import Agent, Publisher
 from image_preflight.cli import main
 from image_preflight.core.sources.runtime_lists import (
-    GROUP, PLURAL, VERSION, format_time, image_hashes, node_images_from_runtime, runtime_object)
+    AGENT_NAMESPACE, GROUP, PLURAL, VERSION, format_time, image_hashes, node_images_from_runtime, renewal, renewed,
+    runtime_object)
 from tests.agent_cluster import ALPHA, DEADLINE_S, SWE, import_images, wait_listed, wait_until
 from tests.agent_helpers import SAMPLE, T0, names_by_id, printed
 from tests.containerd import SANDBOX_IMAGE as SANDBOX, remove, tag
@@ -256,9 +257,19 @@ def test_a_hashed_list_is_written_when_it_changes_and_read_back_as_the_listed_on
     for now in (T0 + 1, T0 + 19.9):
         assert hashed.publish(SAMPLE, now=now) is None
     assert hashed.publish(SAMPLE[:1], now=T0 + 20) == CHANGED
+    # Renewed through the node's Lease (KEP-589): the list is not written again.
     assert hashed.publish(SAMPLE[:1], now=T0 + 40) == RENEW
-    assert cluster.writes() == ["create", "update", "update"]
+    assert hashed.publish(SAMPLE[:1], now=T0 + 59.9) is None
+    assert hashed.publish(SAMPLE[:1], now=T0 + 60) == RENEW
+    assert cluster.writes() == ["create", "update"]
+    assert cluster.stored()["spec"]["observedAt"] == format_time(T0 + 20)
+    leases = [(r["verb"], r["code"]) for r in cluster.plane.audited_requests(cluster.kubeconfig)
+              if r["resource"] == "leases"]
+    assert leases == [("get", 404), ("create", 201), ("update", 200)]
+    lease = k8s.CoordinationV1Api(cluster.plane.core().api_client).read_namespaced_lease(cluster.node, AGENT_NAMESPACE)
+    assert renewal(cluster.plane.core().api_client.sanitize_for_serialization(lease)) == (cluster.node, T0 + 60)
     read = node_images_from_runtime(cluster.stored())
+    assert not read.current(T0 + 60 + 1) and renewed(read, T0 + 60).current(T0 + 60 + 29)
     listed = node_images_from_runtime(runtime_object(cluster.node, SAMPLE[:1], observed_at=T0, lease_seconds=30))
     for name in (ALPHA, SWE):
         assert read.holds(name) is listed.holds(name)

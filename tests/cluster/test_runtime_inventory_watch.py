@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from image_preflight.agent.inventory import CREATE, RENEW
 from image_preflight.agent.publisher import Publisher
 from image_preflight.cli import main
 from tests.controlplane.cluster import (
@@ -35,8 +36,9 @@ from image_preflight.core.decide.inventory import image_key
 from image_preflight.webhook.live_inventory import LiveInventory
 from image_preflight.kube.nodes import node_watcher
 from image_preflight.kube.watch import ResourceWatcher
-from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time, image_hashes
-from image_preflight.kube.node_images import node_images_watcher
+from image_preflight.core.sources.runtime_lists import AGENT_NAMESPACE, GROUP, PLURAL, VERSION, format_time, image_hashes
+from image_preflight.core.sources.snapshots import load_document
+from image_preflight.kube.node_images import node_images_watcher, renewal_watcher
 
 DEADLINE_S = 10.0
 LEASE = 300
@@ -185,8 +187,11 @@ def watched(service_accounts, case, reader) -> Iterator[Callable[..., tuple[Live
         nodes.start()
         runtime = node_images_watcher(api_client, live, **runtime_options)
         runtime.start()
-        stoppers.extend([nodes.stop, runtime.stop])
-        wait_until(lambda: live.synced.is_set() and runtime.synced.is_set(), "both watches have listed")
+        renewals = renewal_watcher(api_client, live, AGENT_NAMESPACE)
+        renewals.start()
+        stoppers.extend([nodes.stop, runtime.stop, renewals.stop])
+        wait_until(lambda: live.synced.is_set() and runtime.synced.is_set() and renewals.synced.is_set(),
+                   "the watches have listed")
         return live, runtime
 
     yield start
@@ -217,6 +222,24 @@ def test_a_published_complete_list_turns_unknown_into_a_denial(nodes, publisher_
     assert NEVER_BUILT in response["status"]["message"] and nodes.cpu in response["status"]["message"]
     # An image the runtime holds beyond node status' 50 is confirmed.
     assert admit(job_review(BUILT), live.current, Settings(), now=now).review["response"]["allowed"] is True
+
+
+def test_a_hashed_list_renewed_by_its_lease_proves_absences_past_its_own_lease(control_plane, nodes, publisher_api,
+                                                                              watched):
+    live, _ = watched()
+    now = time.time()
+    publisher = Publisher(publisher_api, nodes.cpu, lease_seconds=30, hashed=True)
+    assert publisher.publish(runtime_images(HELD), now=now - 25) == CREATE  # current until now + 5 s
+    wait_until(lambda: source_of(live, nodes.cpu) == "cri", "the webhook's inventory takes the published list")
+    assert decide(job_spec(NEVER_BUILT), live.current, now=now + 20).outcome == UNKNOWN  # its lease ran out
+    assert publisher.publish(runtime_images(HELD), now=now) == RENEW  # the Lease alone
+    wait_until(lambda: decide(job_spec(NEVER_BUILT), live.current, now=now + 20).outcome == DENY,
+               "the Lease's renewal reaches the webhook's inventory")
+    assert decide(job_spec(NEVER_BUILT), live.current, now=now + 31).outcome == UNKNOWN  # the renewal's lease too
+    # The Lease gone, the list counts as written again.
+    k8s.CoordinationV1Api(control_plane.core().api_client).delete_namespaced_lease(nodes.cpu, AGENT_NAMESPACE)
+    wait_until(lambda: decide(job_spec(NEVER_BUILT), live.current, now=now + 20).outcome == UNKNOWN,
+               "the deleted Lease renews nothing")
 
 
 def test_an_expired_lease_makes_the_list_prove_nothing(control_plane, nodes, watched):
@@ -335,13 +358,19 @@ def scan_report(tmp_path: Path, document: dict, images: list[str]) -> dict:
 @pytest.mark.parametrize("hashed", [False, True], ids=["images", "hashes"])
 def test_dump_then_scan_reports_an_absent_image_as_missing(control_plane, nodes, publisher_api, tmp_path, capsys,
                                                            hashed):
-    Publisher(publisher_api, nodes.cpu, lease_seconds=LEASE, hashed=hashed).publish(runtime_images(HELD),
-                                                                                   now=time.time())
+    publisher = Publisher(publisher_api, nodes.cpu, lease_seconds=LEASE, hashed=hashed)
+    now = time.time()
+    publisher.publish(runtime_images(HELD), now=now - LEASE + 1 if hashed else now)
+    # A hashed list is current by its Lease's renewal alone: a second after the dump, it would not be.
+    assert publisher.publish(runtime_images(HELD), now=now) == (RENEW if hashed else None)
     document, _ = dump(control_plane.kubeconfig, tmp_path, capsys)
     assert document["kind"] == "List"
     ours = only(document, {nodes.cpu, nodes.gpu})
     assert [(i["kind"], i["apiVersion"], i["metadata"]["name"]) for i in ours["items"]] == [
-        ("Node", "v1", nodes.cpu), ("Node", "v1", nodes.gpu), ("NodeImages", f"{GROUP}/{VERSION}", nodes.cpu)]
+        ("Node", "v1", nodes.cpu), ("Node", "v1", nodes.gpu), ("NodeImages", f"{GROUP}/{VERSION}", nodes.cpu)] + (
+        [("Lease", "coordination.k8s.io/v1", nodes.cpu)] if hashed else [])
+    if hashed:  # read with a clock, as serve --inventory reads it
+        assert load_document(ours, source="dump", observed_at=now + 5).get(nodes.cpu).conclusive(now + 5)
 
     report = scan_report(tmp_path, ours, [BUILT, NEVER_BUILT, HELD[60]])
     assert [(row["row"], row["reason"], row["images"]) for row in report["dropped"]] == [(1, "missing", [NEVER_BUILT])]

@@ -662,7 +662,7 @@ def test_empty_snapshot(text):
         ('[{"kind": "Node"}]', r"^snap\.json: a JSON list is not a snapshot"),
         ('{"kind": "List", "items": {}}', r"^snap\.json: items: not a list$"),
         ('{"kind": "List"}', r"^snap\.json: items: not a list$"),
-        ('{"kind": "List", "items": [{"kind": "Pod"}]}', r"^snap\.json: items\[0\]: kind 'Pod' is not Node, NodeImages or RuntimeClass"),
+        ('{"kind": "List", "items": [{"kind": "Pod"}]}', r"^snap\.json: items\[0\]: kind 'Pod' is not Node, NodeImages, RuntimeClass or Lease"),
         ('{"kind": "List", "items": [{"metadata": {"name": "n"}}]}', r"^snap\.json: items\[0\]: kind None is not Node"),
         ('{"kind": "List", "items": ["worker-1"]}', r"^snap\.json: items\[0\]: kind None is not Node"),
         ('{"images": ["python:3.11"]}', r"^snap\.json: images\[0\]: not an object$"),

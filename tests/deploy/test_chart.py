@@ -869,9 +869,12 @@ def test_the_node_restriction_policy_binds_the_agents_writes_to_their_nodes():
     effect on the real apiserver: tests/cluster/test_real_node_chart.py."""
     documents = _docs("default")
     policy = _one(documents, "ValidatingAdmissionPolicy", "image-preflight-agent-own-node")
-    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
-    assert rule == {"apiGroups": ["image-preflight.io"], "apiVersions": ["*"], "resources": ["nodeimages"],
-                    "operations": ["CREATE", "UPDATE", "DELETE"]}
+    lists, leases = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert lists == {"apiGroups": ["image-preflight.io"], "apiVersions": ["*"], "resources": ["nodeimages"],
+                     "operations": ["CREATE", "UPDATE", "DELETE"]}
+    # The Lease that renews a hashed list, held to the node by its name and spec.holderIdentity.
+    assert leases == {"apiGroups": ["coordination.k8s.io"], "apiVersions": ["*"], "resources": ["leases"],
+                      "operations": ["CREATE", "UPDATE", "DELETE"]}
     (condition,) = policy["spec"]["matchConditions"]
     assert condition["expression"] == f"request.userInfo.username == \"system:serviceaccount:{AGENT_NAMESPACE}:image-preflight-agent\""
     assert "authentication.kubernetes.io/node-name" in policy["spec"]["variables"][0]["expression"]
@@ -879,7 +882,7 @@ def test_the_node_restriction_policy_binds_the_agents_writes_to_their_nodes():
     # on the real apiserver, tests/cluster/test_cluster_agent_policy.py.
     variables = " ".join(v["expression"] for v in policy["spec"]["variables"])
     assert "authentication.kubernetes.io/pod-name" in variables and "oldObject" in variables
-    assert "spec.nodeName" in variables
+    assert "spec.nodeName" in variables and "spec.holderIdentity" in variables
     assert policy["spec"]["failurePolicy"] == "Fail"
     binding = _one(documents, "ValidatingAdmissionPolicyBinding", "image-preflight-agent-own-node")
     assert binding["spec"] == {"policyName": "image-preflight-agent-own-node", "validationActions": ["Deny"]}

@@ -12,12 +12,17 @@
       imageHashes: {algorithm: blake2b-48-rice, count, data}
       sandboxImage: {name, present}    # optional: the runtime's sandbox (pause) image, and
                                        # whether it holds it; absent: the runtime did not say
+
+A list in imageHashes is renewed apart from it, by a Lease named after the node in the agents'
+namespace (holderIdentity the node, renewTime when the agent last confirmed the list): current
+until the later of observedAt and renewTime, plus leaseDurationSeconds.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 
 from image_preflight.core.decide.inventory import NodeImages, image_keys
@@ -47,6 +52,11 @@ def parse_time(value: object, field: str) -> float:
 
 def format_time(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def format_micro_time(epoch: float) -> str:
+    """A metav1.MicroTime, as a Lease's renewTime is written."""
+    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def string(value: object, field: str) -> str:
@@ -124,6 +134,45 @@ MAX_LEASE_S = 3600
 # The agent publishes again once less than this share of the lease remains: a missed cycle or a
 # slow apiserver then still leaves time to renew before readers see the list as stale.
 RENEW_WHEN_REMAINING = 1 / 3
+
+
+# The namespace of the node agents' Leases (the chart's); readers and agents take --agent-namespace.
+AGENT_NAMESPACE = "image-preflight-agent"
+
+
+def renewal(lease: object) -> tuple[str, float] | None:
+    """(node, renewTime) of a coordination.k8s.io/v1 Lease by which a node agent renews its list:
+    named after the node and held by it (the agent's policy lets it write no other). None for any
+    other Lease, or one without a readable renewTime."""
+    if not isinstance(lease, Mapping):
+        return None
+    meta, spec = lease.get("metadata"), lease.get("spec")
+    if not isinstance(meta, Mapping) or not isinstance(spec, Mapping):
+        return None
+    node = meta.get("name")
+    if not isinstance(node, str) or not node or spec.get("holderIdentity") != node:
+        return None
+    try:
+        return node, parse_time(spec.get("renewTime"), "spec.renewTime")
+    except ValueError:
+        return None
+
+
+def renewed(listed: NodeImages, at: float | None) -> NodeImages:
+    """`listed` as its agent confirmed it at `at` (its Lease's renewTime): current for the list's
+    lease from then on. An earlier renewal, or none, leaves it as written."""
+    if at is None or listed.observed_at is None or listed.expires_at is None or at <= listed.observed_at:
+        return listed
+    return replace(listed, observed_at=at, expires_at=at + (listed.expires_at - listed.observed_at))
+
+
+def lease_object(node: str, namespace: str, *, renewed_at: float, lease_seconds: int) -> dict:
+    """The Lease by which `node`'s agent renews its list (KEP-589's lesson: a heartbeat of a few
+    hundred bytes instead of the whole list again)."""
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": node, "namespace": namespace},
+            "spec": {"holderIdentity": node, "leaseDurationSeconds": lease_seconds,
+                     "renewTime": format_micro_time(renewed_at)}}
 
 
 def node_images_from_runtime(obj: Mapping) -> NodeImages:

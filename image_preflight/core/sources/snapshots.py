@@ -18,7 +18,8 @@ from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES, Inventory,
 from image_preflight.core.sources.node_status import node_images_from_node
 from image_preflight.core.decide.runtime_classes import KIND as RUNTIME_CLASS_KIND
 from image_preflight.core.decide.runtime_classes import runtime_class_from_object
-from image_preflight.core.sources.runtime_lists import RUNTIME_KIND, image_id, image_names, node_images_from_runtime, string
+from image_preflight.core.sources.runtime_lists import (
+    RUNTIME_KIND, image_id, image_names, node_images_from_runtime, renewal, renewed, string)
 from image_preflight.core.decide.scheduling import SchedulingSpecError
 from image_preflight.errors import InputError
 
@@ -176,7 +177,7 @@ def _from_document(doc: Mapping, source: str, observed_at, max_images, node_name
 
 def _from_items(items: list, source: str, observed_at, max_images, default_kind: str | None, *,
                 single: bool = False) -> Inventory:
-    nodes, runtime, classes = [], [], {}
+    nodes, runtime, classes, renewals = [], [], {}, {}
     for index, item in enumerate(items):
         where = source if single else f"{source}: items[{index}]"
         kind = (item.get("kind") or default_kind) if isinstance(item, Mapping) else None
@@ -190,10 +191,17 @@ def _from_items(items: list, source: str, observed_at, max_images, default_kind:
             except SchedulingSpecError as exc:
                 raise SnapshotError(str(exc)) from None
             classes[name] = scheduling
+        elif kind == "Lease":  # one that renews a hashed list (inventory dump writes it after the list)
+            found = renewal(item)
+            if found is None:
+                raise SnapshotError(f"{where}: a Lease that renews no node's list (named after the node, "
+                                    "held by it, with a renewTime)")
+            renewals[found[0]] = found[1]
         else:
-            raise SnapshotError(f"{where}: kind {_shown(kind)} is not Node, {RUNTIME_KIND} or {RUNTIME_CLASS_KIND}")
+            raise SnapshotError(f"{where}: kind {_shown(kind)} is not Node, {RUNTIME_KIND}, {RUNTIME_CLASS_KIND} "
+                                "or Lease")
     # The runtime's complete list wins over node status for the same node.
-    return Inventory(tuple(nodes), classes).merged(runtime)
+    return Inventory(tuple(nodes), classes).merged(renewed(listed, renewals.get(listed.node)) for listed in runtime)
 
 
 def _node(item: Mapping, where: str, observed_at, max_images) -> NodeImages:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from image_preflight.core.objects import as_mapping, as_text
 from image_preflight.core.decide.references import InvalidReference, docker_ref
 from image_preflight.core.decide.workloads import ALWAYS, WorkloadError, container_images, default_pull_policy
-from image_preflight.core.sources.runtime_lists import format_time, node_images_from_runtime
+from image_preflight.core.sources.runtime_lists import format_time, node_images_from_runtime, renewed
 
 # The kubelet's waiting reasons for an image it will never get (pkg/kubelet/images/types.go):
 # ErrImageNeverPull (Never, and the node lacks it) and InvalidImageName (the name cannot parse)
@@ -308,7 +308,8 @@ def not_about(failure: SandboxFailure, namespace: str, name: str, uid: str) -> s
             f"{failure.pod_uid[:64]}, which is Pod {namespace}/{name}")
 
 
-def sandbox_unconfirmed(node_images: Mapping, node: str, image: str, now: float) -> str | None:
+def sandbox_unconfirmed(node_images: Mapping, node: str, image: str, now: float, *,
+                        renewed_at: float | None = None) -> str | None:
     """Why the node's own NodeImages object does not confirm that `node`'s runtime lacks the
     sandbox image `image` at `now` (epoch seconds), or None when it does: it speaks for that node,
     its lease runs, and its spec.sandboxImage says that image (compared as the runtime resolves
@@ -320,9 +321,10 @@ def sandbox_unconfirmed(node_images: Mapping, node: str, image: str, now: float)
     NotReady node) would fail its Job on a forged report. Nor does the Pod prove it: one that
     awaits its sandbox looks the same whatever it waits for. The NodeImages object is written by
     that node's agent alone, with its node-bound token (policy image-preflight-agent-own-node),
-    from what the runtime itself answers over CRI."""
+    from what the runtime itself answers over CRI. `renewed_at`: when that agent's Lease last
+    renewed a hashed list (runtime_lists.renewed)."""
     try:
-        listed = node_images_from_runtime(node_images)
+        listed = renewed(node_images_from_runtime(node_images), renewed_at)
     except ValueError as exc:
         return f"node {node}'s NodeImages cannot be read ({str(exc)[:200]})"
     name = as_text(as_mapping(node_images.get("metadata")).get("name"))
