@@ -75,7 +75,8 @@ from benchmarks.figures import hwm_mib, percentile, rss_mib, tree_cpu_seconds  #
 from image_preflight.agent.cri import RuntimeImage  # noqa: E402
 from image_preflight.agent.inventory import fingerprint, image_dicts, sandbox_image_report  # noqa: E402
 from image_preflight.agent.publisher import Publisher  # noqa: E402
-from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, RENEW_WHEN_REMAINING  # noqa: E402
+from image_preflight.core.sources.runtime_lists import (  # noqa: E402
+    AGENT_NAMESPACE, GROUP, PLURAL, RENEW_WHEN_REMAINING, lease_object)
 from tests.serving import ServiceConnection, client_context  # noqa: E402
 from tests.controlplane.cluster import (NOT_READY, ControlPlane, Process, apply_service_accounts,  # noqa: E402
                                         create_node, free_port, require_control_plane, terminate, wait_for)
@@ -404,16 +405,20 @@ BUILT_IN_KINDS = {"Lease": ("coordination.k8s.io", "leases", True, "/registry/le
 
 
 class PublisherForm:
-    """today, hashes: each node's agent's own Publisher (agent/publisher.py) as it is, listing the
-    images (--list-form images) or their names' hashes (--list-form hashes). One NodeImages
-    object holding the whole list, renewed by rewriting it (only spec.observedAt changes); each
-    node's Publisher is kept across rounds, so a renewal reads nothing first."""
+    """today, hashes: each node's agent's own Publisher (agent/publisher.py) as it is. today: one
+    NodeImages object holding the whole list, renewed by rewriting it (only spec.observedAt
+    changes). hashes (--list-form hashes): the names' hashes in its place, renewed through the
+    node's Lease in the agents' namespace (agent/renewal.py). Each node's Publisher is kept across
+    rounds, so a renewal reads nothing first."""
 
     resources = (PLURAL,)
 
     def __init__(self, plane: ControlPlane, api: k8s.ApiClient, nodes: int, *, hashed: bool = False) -> None:
         self.name = "hashes" if hashed else "today"
         self.publishers = [Publisher(api, node_name(i), lease_seconds=LEASE_S, hashed=hashed) for i in range(nodes)]
+        # The apiserver counts request bytes by resource, not namespace: kwok's node Leases would
+        # drown the agents' renewals, so these are counted as the client sends them.
+        self.sent = SentLeases(api) if hashed else None
 
     def write(self, index: int, images: list[dict], spec: dict, now: float) -> str | None:
         return self.publishers[index].publish(images, now=now, digest=fingerprint(images), spec=spec)
@@ -422,8 +427,39 @@ class PublisherForm:
     renew = write
 
     def stored(self, index: int) -> list[tuple[str, dict]]:
-        obj = self.publishers[index].stored
-        return [] if obj is None else [(etcd_key(f"/registry/{GROUP}/{PLURAL}", node_name(index)), obj)]
+        publisher = self.publishers[index]
+        stored = [] if publisher.stored is None else [
+            (etcd_key(f"/registry/{GROUP}/{PLURAL}", node_name(index)), publisher.stored)]
+        if publisher.renewal is not None and publisher.renewal.renewed_at is not None:
+            lease = lease_object(node_name(index), AGENT_NAMESPACE, renewed_at=publisher.renewal.renewed_at,
+                                 lease_seconds=LEASE_S)
+            stored.append((etcd_key("/registry/leases", node_name(index), AGENT_NAMESPACE), lease))
+        return stored
+
+
+class SentLeases:
+    """The bytes of the Lease writes an ApiClient sends (bodies as its REST client serialises them)."""
+
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self.bytes, self.requests = 0, 0
+        self._lock = threading.Lock()
+        send = api.rest_client.request
+
+        def counted(method, url, *args, **kwargs):
+            body = kwargs.get("body")
+            if method in ("POST", "PUT", "PATCH") and "/leases" in url and body is not None:
+                with self._lock:
+                    self.bytes += len(json.dumps(body))
+                    self.requests += 1
+            return send(method, url, *args, **kwargs)
+
+        api.rest_client.request = counted
+
+    def take(self) -> tuple[int, int]:
+        """The bytes and requests since the last take."""
+        with self._lock:
+            taken, self.bytes, self.requests = (self.bytes, self.requests), 0, 0
+        return taken
 
 
 class Objects:
@@ -646,21 +682,48 @@ def serve_gauges(metrics_port: int) -> dict:
     return found
 
 
-def decide(port: int, ca: Path, image: str) -> bool:
-    """serve's answer for a rollout Job naming `image` (IfNotPresent, any node)."""
+def decide(port: int, ca: Path, image: str, node: str | None = None) -> bool:
+    """serve's answer for a rollout Job naming `image` (IfNotPresent, any node, or only `node`)."""
     review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
         "uid": "00000000-0000-4000-8000-000000000001",
         "kind": {"group": "batch", "version": "v1", "kind": "Job"},
         "resource": {"group": "batch", "version": "v1", "resource": "jobs"},
         "namespace": "rl", "operation": "CREATE", "userInfo": {"username": "system:serviceaccount:rl:trainer"},
         "object": {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rollout", "namespace": "rl"},
-                   "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [
-                       {"name": "rollout", "image": image, "imagePullPolicy": "IfNotPresent"}]}}}},
+                   "spec": {"template": {"spec": {
+                       "restartPolicy": "Never",
+                       "nodeSelector": {"kubernetes.io/hostname": node} if node else {},
+                       "containers": [{"name": "rollout", "image": image, "imagePullPolicy": "IfNotPresent"}]}}}},
         "dryRun": False}}
     status, body = https(port, ca, "POST", "/validate?timeout=10s", json.dumps(review).encode())
     if status != 200:
         raise RuntimeError(f"/validate answered {status}")
     return bool(json.loads(body)["response"]["allowed"])
+
+
+CHANGE_DEADLINE_S = 60.0
+SETTLE_S = 2.0
+
+
+def change_to_decision(form, index: int, sets: list[np.ndarray], images: list[RuntimeImage], port: int,
+                       ca: Path) -> float | None:
+    """An image built on one node as its agent publishes it: seconds from the write to serve's
+    first admission of a Job bound to that node (None: not within CHANGE_DEADLINE_S)."""
+    node = node_name(index)
+    built = RuntimeImage(id="sha256:" + hashlib.sha256(b"built on one node").hexdigest(),
+                         repo_tags=("docker.io/swebench/sweb.eval.x86_64.fleet_1776_change-1:openai",),
+                         repo_digests=(), size=1 << 30, pinned=False)
+    if decide(port, ca, built.repo_tags[0], node):
+        raise RuntimeError(f"a Job for {built.repo_tags[0]} on {node} was admitted before the image was built")
+    listed = node_list([*images[:-1], built, images[-1]], np.append(sets[index], len(images) - 1), node)
+    spec = {"sandboxImage": sandbox_image_report(SANDBOX_IMAGE, listed), "pinning": None}
+    start = time.monotonic()
+    form.write(index, listed, spec, time.time())
+    while time.monotonic() - start < CHANGE_DEADLINE_S:
+        if decide(port, ca, built.repo_tags[0], node):
+            return time.monotonic() - start
+        time.sleep(0.02)
+    return None
 
 
 # --- the run ---------------------------------------------------------------------------------------
@@ -734,7 +797,8 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         after = request_bytes(plane)
         row = snapshot(plane, AFTER_ROUND_1, rows)
         row["apiserver_peak_rss_mib"] = max(watch.peak_mib, row["apiserver_rss_mib"])
-        result["rounds"]["create"] = round_figures(created, *received(after, before, form.resources, WRITES))
+        result["rounds"]["create"] = round_figures(created, *received(after, before, form.resources, WRITES),
+                                                   sent_leases(form))
 
         if not created.stopped:
             before = after
@@ -743,7 +807,8 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             after = request_bytes(plane)
             row = snapshot(plane, AFTER_ROUND_2, rows)
             row["apiserver_peak_rss_mib"] = max(watch.peak_mib, row["apiserver_rss_mib"])
-            result["rounds"]["renew"] = round_figures(renewed, *received(after, before, form.resources, WRITES))
+            result["rounds"]["renew"] = round_figures(renewed, *received(after, before, form.resources, WRITES),
+                                                      sent_leases(form))
 
         compact(plane)
         row = snapshot(plane, AFTER_COMPACTION, rows)
@@ -782,7 +847,17 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                     else decide(port, certs / "ca.crt", images[core].repo_tags[0]),
                     "denies_an_image_no_node_holds": not decide(
                         port, certs / "ca.crt", "docker.io/swebench/sweb.eval.x86_64.nobody_1776_nothing-1:openai"),
+                    "change_to_decision_s": change_to_decision(form, holders[0], sets, images, port, certs / "ca.crt"),
                 }
+                # What renewals cost serve: one more round while it watches (due a renewal period on,
+                # so its lists read as observed ahead of the clock from here: nothing is decided after).
+                cpu = tree_cpu_seconds([serve.pid])
+                again = write_round("renew, serve watching", form.renew, args.nodes, sets, images,
+                                    observed_at=lambda: time.time() + threshold + 1, workers=args.workers,
+                                    watch=watch, deadline_s=args.round_deadline)
+                time.sleep(SETTLE_S)  # the round's last events reach serve
+                result["serve"] |= {"renewal_round_cpu_s": tree_cpu_seconds([serve.pid]) - cpu,
+                                    "renewal_round_written": again.written, "renewal_round_wall_s": again.wall_s}
             except RuntimeError as exc:
                 result["serve"] = {"failed": str(exc), "log": tail(work / "serve.log")}
             snapshot(plane, "serve holding every list", rows)
@@ -850,7 +925,14 @@ def kwok_errors(log: Path) -> tuple[int, list[str]]:
     return count, found[:5]
 
 
-def round_figures(done: Round, body_bytes: float, requests: int) -> dict:
+def sent_leases(form) -> tuple[int, int]:
+    sent = getattr(form, "sent", None)
+    return sent.take() if sent is not None else (0, 0)
+
+
+def round_figures(done: Round, body_bytes: float, requests: int, leases: tuple[int, int] = (0, 0)) -> dict:
+    """A round's figures; `leases`: the bytes and requests of the agents' Lease writes, as sent."""
+    body_bytes, requests = body_bytes + leases[0], requests + leases[1]
     return {"written": done.written, "reasons": done.reasons, "failures": len(done.failures),
             "first_failures": done.failures[:3], "stopped": done.stopped, "wall_s": done.wall_s,
             "client_cpu_s": done.client_cpu_s,
@@ -860,6 +942,10 @@ def round_figures(done: Round, body_bytes: float, requests: int) -> dict:
 
 
 # --- output ----------------------------------------------------------------------------------------
+
+def shown_s(value: float | None) -> str:
+    return "not" if value is None else f"{value:.2f} s"
+
 
 def mib(value: float | int | None) -> str:
     """Bytes in the unit that reads best."""
@@ -962,7 +1048,11 @@ def report(result: dict) -> str:
                          f"inventory {serve['inventory_nodes']:,.0f} nodes, {serve['inventory_images']:,.0f} names "
                          f"({serve['names_written']:,} written); "
                          f"admits a core image: {serve['admits_an_image_every_node_holds']}, "
-                         f"denies an absent one: {serve['denies_an_image_no_node_holds']}")
+                         f"denies an absent one: {serve['denies_an_image_no_node_holds']}; an image built on one "
+                         f"node admitted for it {shown_s(serve.get('change_to_decision_s'))} after its agent wrote it; "
+                         f"a renewal round of {serve.get('renewal_round_written', 0):,} writes cost it "
+                         f"{serve.get('renewal_round_cpu_s', 0):.1f} CPU s (one every "
+                         f"{LEASE_S * (1 - RENEW_WHEN_REMAINING):g} s)")
     lines.append(f"kube-apiserver peak RSS {result.get('apiserver_peak_rss_mib', 0):,.0f} MiB, CPU "
                  f"{result.get('apiserver_cpu_s', 0):.0f} s; etcd CPU {result.get('etcd_cpu_s', 0):.0f} s"
                  + (f"; kwok RSS {result['kwok_rss_mib']:,.0f} MiB, CPU {result['kwok_cpu_s']:.0f} s, "

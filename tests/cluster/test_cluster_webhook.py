@@ -16,7 +16,7 @@ from kubernetes.client.rest import ApiException
 from tests.controlplane.cluster import KUBELET_PORT, create_node, new_namespace, wait_for
 from tests.controlplane.webhook import ServedWebhook
 from tests.builders.stalls import DENIED_PREFIX, ENFORCE_LABEL, WEBHOOK, containerd_names, job_manifest
-from tests.chart import API_ONLY, apply, merged, secret_values
+from tests.chart import AGENT_NAMESPACE, API_ONLY, apply, merged, secret_values
 from image_preflight.kube.status import status_of
 from image_preflight.core.decide.scheduling import NodeTraits, PodPlacement, unschedulable_reason
 from tests.cluster.kube_calls import kr8s_create
@@ -187,8 +187,10 @@ def test_failure_policy_fail_rejects_while_the_webhook_is_down(control_plane, we
 # --- the chart's service accounts: what they use is what they are granted ----------------------
 
 
-def _granted(plane, role: str) -> set[tuple[str, str, str]]:
-    rules = k8s.RbacAuthorizationV1Api(plane.core().api_client).read_cluster_role(role).rules
+def _granted(plane, role: str, namespace: str | None = None) -> set[tuple[str, str, str]]:
+    """The ClusterRole's grants, or the Role's in `namespace`."""
+    rbac = k8s.RbacAuthorizationV1Api(plane.core().api_client)
+    rules = (rbac.read_namespaced_role(role, namespace) if namespace else rbac.read_cluster_role(role)).rules
     return {(g, r, v) for rule in rules for g in rule.api_groups for r in rule.resources for v in rule.verbs}
 
 
@@ -200,10 +202,14 @@ def _used(plane, kubeconfig) -> set[tuple[str, str, str]]:
 
 
 def test_the_webhook_role_grants_exactly_what_serve_uses(control_plane, webhook):
+    # Its ClusterRole, and the Role in the agents' namespace for the Leases that renew hashed lists.
+    granted = _granted(control_plane, "image-preflight") | _granted(control_plane, "image-preflight-renewals",
+                                                                    AGENT_NAMESPACE)
+    assert ("coordination.k8s.io", "leases", "watch") in granted
     # Started, synced and answering: every request serve makes in steady state has been made.
-    used = wait_for(lambda: len(u := _used(control_plane, webhook.kubeconfig)) >= 4 and u, "serve's lists and watches",
-                    timeout_s=20)
-    assert used == _granted(control_plane, "image-preflight")
+    used = wait_for(lambda: (u := _used(control_plane, webhook.kubeconfig)) >= granted and u,
+                    "serve's lists and watches", timeout_s=20)
+    assert used == granted
 
 
 @pytest.mark.parametrize("attempt", ["patch a node", "write a NodeImages object", "read a secret"])

@@ -398,6 +398,40 @@ def test_helm_upgrade_to_a_new_tag_under_a_stream_fails_no_creation_and_keeps_th
         held.wait_rolled_out()
 
 
+def test_the_agents_switched_to_hashed_lists_under_a_stream_wrongly_admit_and_deny_nothing(failing_closed):
+    """The upgrade docs/agent.md gives ("The published form"): the readers first, then the agents
+    to agent.listForm hashes, while Jobs stream in. With --max-images 1 the node's status proves
+    nothing (it lists more), so only the agent's list, in either form, denies the absent image: a
+    reader that lost it would admit that image unchecked."""
+    held = failing_closed
+    agents = "app.kubernetes.io/name=image-preflight-agent"
+    held.helm("upgrade", "image-preflight", "deploy/chart/image-preflight", "--reuse-values",
+              "--set", "webhook.maxImages=1", "--wait")
+    try:
+        held.wait_rolled_out()
+        before = {p.metadata.name for p in held.core.list_namespaced_pod(AGENT_NAMESPACE, label_selector=agents).items}
+        with stream(held) as creations:
+            creations.wait_count(20)
+            held.helm("upgrade", "image-preflight", "deploy/chart/image-preflight", "--reuse-values",
+                      "--set", "agent.listForm=hashes", "--wait")
+            wait_for(lambda: "imageHashes" in (published(held) or {}).get("spec", {}),
+                     "the new agent publishes the hashed list", timeout_s=120, interval_s=0.5)
+            after = {p.metadata.name for p in held.core.list_namespaced_pod(AGENT_NAMESPACE, label_selector=agents).items}
+            assert after and not before & after  # the DaemonSet rolled its Pod
+            count = creations.total
+            creations.wait_count(count + 20)
+        assert not creations.failed, creations.failed[:5]
+        assert not creations.unchecked, creations.unchecked[:5]
+        assert creations.admitted > 20 and creations.denied > 20
+        FIGURES["list_form_switch_creations"] = creations.total
+    finally:
+        held.helm("upgrade", "image-preflight", "deploy/chart/image-preflight", "--reuse-values",
+                  "--set", "agent.listForm=images", "--set", "webhook.maxImages=50", "--wait")
+        held.wait_rolled_out()
+        wait_for(lambda: "images" in (published(held) or {}).get("spec", {}),
+                 "the agent lists the images again", timeout_s=120, interval_s=0.5)
+
+
 def test_an_upgrade_within_renew_before_days_issues_a_new_certificate_served_without_a_restart(failing_closed):
     held = failing_closed
     pods = held.webhook_pods()

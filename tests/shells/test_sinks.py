@@ -11,7 +11,7 @@ import kubernetes.client
 
 from image_preflight.core.watchdog.stalls import Stalls
 from image_preflight.kube.needed_images import needed_images_watcher
-from image_preflight.kube.node_images import RuntimeSink
+from image_preflight.kube.node_images import RenewalSink, RuntimeSink
 from image_preflight.kube.nodes import NodeSink
 from image_preflight.kube.runtime_classes import RuntimeClassSink
 from image_preflight.kube.watch import ResourceWatcher
@@ -32,6 +32,7 @@ def test_the_watcher_and_the_sink_protocols_say_an_iterable():
     assert typing.get_origin(replace) is Callable and typing.get_args(replace)[0] == [Iterable[dict]]
     for protocol, method, parameter in ((NodeSink, "replace_nodes", "nodes"),
                                         (RuntimeSink, "replace_runtime_objects", "objects"),
+                                        (RenewalSink, "replace_renewals", "leases"),
                                         (RuntimeClassSink, "replace_runtime_classes", "objects")):
         assert typing.get_type_hints(getattr(protocol, method))[parameter] == Iterable[dict], protocol
 
