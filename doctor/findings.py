@@ -13,7 +13,7 @@ from image_preflight.core.image_gc import pinning
 from image_preflight.core.decide.inventory import CLOCK_SKEW_S
 from image_preflight.core.sources.node_status import node_images_from_node
 from image_preflight.core.watchdog.pull_failures import reference_of
-from image_preflight.core.sources.runtime_lists import node_images_from_runtime, renewal, renewed
+from image_preflight.core.sources.runtime_lists import node_images_from_runtime, renewals, renewed
 from image_preflight.core.decide.scheduling import NodeTraits, PodPlacement, as_admitted, unschedulable_reason
 
 # As the chart (deploy/chart/image-preflight) names them.
@@ -284,13 +284,13 @@ def node_lists(nodes: Sequence[Mapping], published: Sequence[Mapping], caps: Map
     """One finding per node: how much its image list proves. `caps`: the kubelets' own
     nodeStatusMaxImages (configz); `max_images`: what is assumed elsewhere; `leases`: the agents'
     Leases, which renew hashed lists."""
-    renewals = dict(pair for lease in leases if (pair := renewal(lease)) is not None)
+    renewed_at = renewals(leases)
     runtime = {}
     found = []
     for obj in published:
         try:
             listed = node_images_from_runtime(obj)
-            listed = renewed(listed, renewals.get(listed.node))
+            listed = renewed(listed, renewed_at.get(listed.node))
         except ValueError as exc:
             found.append(Finding(PROBLEM, f"a NodeImages object cannot be read: {exc}"))
             continue

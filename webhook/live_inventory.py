@@ -19,7 +19,7 @@ from image_preflight.files.inventory import load_inventory_file
 from image_preflight.core.sources.node_status import node_images_from_node
 from image_preflight.core.decide.runtime_classes import RuntimeClassScheduling, runtime_class_from_object
 from image_preflight.core.decide.scheduling import SchedulingSpecError
-from image_preflight.core.sources.runtime_lists import node_images_from_runtime, renewal, renewed
+from image_preflight.core.sources.runtime_lists import node_images_from_runtime, renewal, renewals, renewed
 from image_preflight.image_set import compact
 from image_preflight.kube.node_images import runtime_node_name
 
@@ -97,9 +97,9 @@ class LiveInventory:
 
     # The node agents' Leases (see image_preflight.kube.node_images.renewal_watcher).
     def replace_renewals(self, leases: Iterable[dict]) -> None:
-        renewals = dict(filter(None, map(renewal, leases)))
+        found = renewals(leases)
         with self._lock:
-            self._renewals = renewals
+            self._renewals = found
             self._publish()
 
     def upsert_renewal(self, lease: dict) -> None:

@@ -21,7 +21,7 @@ until the later of observedAt and renewTime, plus leaseDurationSeconds.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
 
@@ -156,6 +156,11 @@ def renewal(lease: object) -> tuple[str, float] | None:
         return node, parse_time(spec.get("renewTime"), "spec.renewTime")
     except ValueError:
         return None
+
+
+def renewals(leases: Iterable[object]) -> dict[str, float]:
+    """Each node's renewTime, from those of `leases` that renew a list (see renewal)."""
+    return dict(pair for lease in leases if (pair := renewal(lease)) is not None)
 
 
 def renewed(listed: NodeImages, at: float | None) -> NodeImages:
