@@ -11,7 +11,7 @@ from __future__ import annotations
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
-from image_preflight.core.sources.runtime_lists import lease_object, renewal
+from image_preflight.core.sources.runtime_lists import LEASE_GROUP, LEASE_PLURAL, LEASE_VERSION, lease_object, renewal
 from image_preflight.errors import UnavailableError
 from image_preflight.kube.watch import describe_error
 
@@ -20,7 +20,7 @@ _TIMEOUT = (10.0, 30.0)  # connect, read
 
 def _leases(namespace: str) -> tuple[str, str, str, str]:
     """Group, version, namespace and plural, as the custom-objects calls take them."""
-    return ("coordination.k8s.io", "v1", namespace, "leases")
+    return (LEASE_GROUP, LEASE_VERSION, namespace, LEASE_PLURAL)
 _MAX_ATTEMPTS = 5
 
 

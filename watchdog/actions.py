@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
-from image_preflight.core.sources.runtime_lists import AGENT_NAMESPACE, GROUP, PLURAL, VERSION, renewal
+from image_preflight.core.sources.runtime_lists import (
+    AGENT_NAMESPACE, GROUP, LEASE_GROUP, LEASE_PLURAL, LEASE_VERSION, PLURAL, VERSION, renewal)
 from image_preflight.core.watchdog import job_failure
 from image_preflight.core.watchdog.job_failure import AUDIT, AUDITED, EVENT_ONLY, FAILED, Action
 from image_preflight.core.watchdog.pull_failures import FAILED_SANDBOX, not_the_jobs_pod, sandbox_unconfirmed
@@ -140,8 +141,8 @@ class Actions:
         """When `node`'s agent last renewed its hashed list through its Lease (None: no Lease, or
         none this token may read: the list then counts until observedAt + lease)."""
         try:
-            lease = self._custom.get_namespaced_custom_object("coordination.k8s.io", "v1", self.agent_namespace,
-                                                              "leases", node, _request_timeout=_REQUEST_TIMEOUT)
+            lease = self._custom.get_namespaced_custom_object(LEASE_GROUP, LEASE_VERSION, self.agent_namespace,
+                                                              LEASE_PLURAL, node, _request_timeout=_REQUEST_TIMEOUT)
         except ApiException as exc:
             if exc.status in (403, 404):
                 return None

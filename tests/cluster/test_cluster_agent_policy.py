@@ -32,7 +32,8 @@ from kubernetes.client.rest import ApiException
 
 from image_preflight.agent.inventory import CREATE, RENEW
 from image_preflight.agent.publisher import Publisher
-from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time, lease_object
+from image_preflight.core.sources.runtime_lists import (
+    GROUP, LEASE_GROUP, LEASE_PLURAL, LEASE_VERSION, PLURAL, VERSION, format_time, lease_object)
 from tests.agent_helpers import SAMPLE, T0
 from tests.chart import AGENT_NAMESPACE, API_ONLY, CHART, NAMESPACE, RELEASE, helm_binary
 from tests.controlplane.cluster import (
@@ -241,7 +242,7 @@ def test_the_agent_renews_its_hashed_list_through_its_nodes_lease_and_writes_no_
     assert lists.stored(NODE_A)["spec"]["observedAt"] == format_time(T0)  # the list itself not written again
 
     # As the agent writes them: through the custom-objects path (agent/renewal.py says why).
-    leases = ("coordination.k8s.io", "v1", AGENT_NAMESPACE, "leases")
+    leases = (LEASE_GROUP, LEASE_VERSION, AGENT_NAMESPACE, LEASE_PLURAL)
     custom = k8s.CustomObjectsApi(api)
     said = refused(lambda: custom.create_namespaced_custom_object(
         *leases, lease_object(NODE_B, AGENT_NAMESPACE, renewed_at=T0, lease_seconds=30)))

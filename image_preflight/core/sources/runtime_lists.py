@@ -138,6 +138,9 @@ RENEW_WHEN_REMAINING = 1 / 3
 
 # The namespace of the node agents' Leases (the chart's); readers and agents take --agent-namespace.
 AGENT_NAMESPACE = "image-preflight-agent"
+# A Lease as the custom-objects calls name it, which agents and readers use for its writes and
+# reads (agent/renewal.py says why).
+LEASE_GROUP, LEASE_VERSION, LEASE_PLURAL = "coordination.k8s.io", "v1", "leases"
 
 
 def renewal(lease: object) -> tuple[str, float] | None:
@@ -174,7 +177,7 @@ def renewed(listed: NodeImages, at: float | None) -> NodeImages:
 def lease_object(node: str, namespace: str, *, renewed_at: float, lease_seconds: int) -> dict:
     """The Lease by which `node`'s agent renews its list (KEP-589's lesson: a heartbeat of a few
     hundred bytes instead of the whole list again)."""
-    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+    return {"apiVersion": f"{LEASE_GROUP}/{LEASE_VERSION}", "kind": "Lease",
             "metadata": {"name": node, "namespace": namespace},
             "spec": {"holderIdentity": node, "leaseDurationSeconds": lease_seconds,
                      "renewTime": format_micro_time(renewed_at)}}
