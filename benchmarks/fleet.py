@@ -26,18 +26,23 @@ runtime list in it, renewed by rewriting it; --form hashes: the same object with
 3. Round 1: every node's list written in the --form, --workers agents at a time; today's through
    the agent's own Publisher (agent/publisher.py: image_dicts, fingerprint, node_images_object,
    the create). Round 2: the renewal an idle agent makes (today: publish_reason RENEW, only
-   spec.observedAt changes), through the same Publisher objects, so nothing is read again. A later
-   form is an ObjectsForm: a function from a node's list to the objects it writes (the list, and a
-   small renewal object apart) and one renewing that object. Before and after each round: etcd's
+   spec.observedAt changes; hashes: its Lease), through the same Publisher objects, so nothing is
+   read again. Before and after each round: etcd's
    database size and size in use (its /metrics), the bytes the apiserver received
    (apiserver_request_body_size_bytes), kube-apiserver's and etcd's RSS. etcd compacted, as the
    apiserver's compactor does every 5 minutes (turned off here), before round 1 and after round
    2: their difference is the live objects, what round 2 added before it the history a rewrite
    leaves. Beside them, what the fleet writes anyway over --idle seconds before round 1 (kwok's
    Lease renewals): the baseline KEP-589 left node heartbeats at.
-4. `image-preflight serve` as the chart runs it (its ServiceAccount's token, --max-images 50): the
-   time from its start to /readyz 200 (the Nodes and the NodeImages listed) and to holding every
-   name written (its inventory gauges), its RSS, and two decisions to show it holds the lists.
+4. `image-preflight serve` as the chart runs it (its ServiceAccount's token, --max-images 50, the
+   chart's webhook configuration; benchmarks/fleet_faces.py): the time from its start to /readyz
+   200 (the Nodes and the NodeImages listed) and to holding every name written (its inventory
+   gauges), its RSS, two decisions to show it holds the lists, and a list changed on one node
+   timed to the decision that needs it. The webhook's call as the apiserver's tracing spans time
+   it (--spans seconds of Jobs, dryRun): on the fleet, and on its first 3 nodes before the rest
+   exist (their lists then deleted, so that round 1 writes every list as on a new cluster).
+5. `inventory dump`, `doctor` and `scan` (of a 6,343-row dataset, from the cluster and from the
+   dump) against the whole fleet, each as a process: wall time, CPU, peak RSS.
 
 Every figure printed is measured in this run; the differences section only subtracts rows, and
 its per-second rates divide a measured request by the agent's renewal period. Bounded: each wait
@@ -49,7 +54,6 @@ has a deadline, a round stops when it passes --round-deadline or kube-apiserver'
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import functools
 import hashlib
 import json
@@ -76,18 +80,21 @@ from image_preflight.agent.cri import RuntimeImage  # noqa: E402
 from image_preflight.agent.inventory import fingerprint, image_dicts, sandbox_image_report  # noqa: E402
 from image_preflight.agent.publisher import Publisher  # noqa: E402
 from image_preflight.core.sources.runtime_lists import (  # noqa: E402
-    AGENT_NAMESPACE, GROUP, PLURAL, RENEW_WHEN_REMAINING, lease_object)
+    AGENT_NAMESPACE, GROUP, LEASE_GROUP, LEASE_PLURAL, LEASE_VERSION, PLURAL, RENEW_WHEN_REMAINING, VERSION,
+    lease_object)
+from benchmarks.fleet_faces import JUDGED_NAMESPACE, Webhook, job_spans, timed_command  # noqa: E402
+from tests.controlplane.tracing import WEBHOOK_SPAN, SpanReceiver  # noqa: E402
+from tests.controlplane.webhook import ServedWebhook  # noqa: E402
 from tests.serving import ServiceConnection, client_context  # noqa: E402
 from tests.controlplane.cluster import (NOT_READY, ControlPlane, Process, apply_service_accounts,  # noqa: E402
-                                        create_node, free_port, require_control_plane, terminate, wait_for)
+                                        create_node, require_control_plane, wait_for)
 
 FLEET_BUILD = ROOT / "benchmarks" / "fleet" / "build"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 FLEET_LABEL = "image-preflight.bench/fleet"
 SANDBOX_IMAGE = "registry.k8s.io/pause:3.10.1"
-LEASE_S = 300  # the agent's --lease default (agent/config.py)
+LEASE_S = 300  # the agent's --lease default (agent/config.py): the renewal period rates are given at
 KWOK_LEASE_S = 40  # the kubelet's nodeLeaseDurationSeconds; kwok renews every quarter of it
-SERVE_NAMESPACE = SERVE_ACCOUNT = "image-preflight"
 PODS_NAMESPACE = "fleet"
 NODES_READY_DEADLINE_S = 120.0
 SERVE_READY_DEADLINE_S = 600.0
@@ -186,12 +193,18 @@ class FleetControlPlane(ControlPlane):
     """The tests' control plane. With kwok keeping the nodes its own Lease heartbeat stays off:
     it would make itself their Leases' holder, and kwok then leaves those nodes alone. The
     apiserver's own compaction (every 5 minutes) is off too: etcd is compacted where the table
-    says, so that no row's difference holds a compaction that happened to fall inside it."""
+    says, so that no row's difference holds a compaction that happened to fall inside it. The
+    controller-manager and the scheduler may send 100 requests a second, as kwokctl runs them for
+    large fake clusters (its disableQPSLimits) and Kubernetes' 5,000-node scalability tests run
+    the controller-manager: at client-go's default of 20, tainting and untainting thousands of new
+    nodes takes most of the run."""
 
-    def __init__(self, folder: Path, *, lease_heartbeat: bool) -> None:
+    def __init__(self, folder: Path, *, lease_heartbeat: bool, tracing_endpoint: str | None = None) -> None:
         self.lease_heartbeat = lease_heartbeat
-        super().__init__(folder)
+        super().__init__(folder, tracing_endpoint=tracing_endpoint)
         self.apiserver.args.append("--etcd-compaction-interval=0")
+        for process in (self.controller_manager, self.scheduler):
+            process.args.extend(["--kube-api-qps=100", "--kube-api-burst=200"])
 
     def _heartbeat_loop(self) -> None:
         if self.lease_heartbeat:
@@ -208,12 +221,12 @@ def kwok_folder() -> tuple[Path | None, str]:
     return Path(done.stdout.strip().splitlines()[-1]), ""
 
 
-def start_kwok(plane: ControlPlane, folder: Path, work: Path) -> Process:
+def start_kwok(plane: ControlPlane, folder: Path, work: Path, lease_s: int = KWOK_LEASE_S) -> Process:
     kwok = Process("kwok", [
         str(folder / "kwok"), f"--kubeconfig={plane.kubeconfig}", f"--config={folder / 'stages.yaml'}",
         "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
         "--manage-nodes-with-label-selector=", "--manage-single-node=",
-        f"--node-lease-duration-seconds={KWOK_LEASE_S}",
+        f"--node-lease-duration-seconds={lease_s}",
         # Pod and node IPs from ranges of their own, apart from the Service range (10.0.0.0/24).
         "--cidr=10.64.0.0/12", "--node-ip=10.63.0.1",
     ], work / "kwok.log")
@@ -324,7 +337,7 @@ def node_name(index: int) -> str:
     return f"fleet-{index:05d}"
 
 
-def create_nodes(plane: ControlPlane, count: int, *, kwok: bool, workers: int) -> None:
+def create_nodes(plane: ControlPlane, indices: range, *, kwok: bool, workers: int) -> None:
     core = plane.core()
 
     def create(index: int) -> None:
@@ -339,7 +352,7 @@ def create_nodes(plane: ControlPlane, count: int, *, kwok: bool, workers: int) -
             _request_timeout=30)
 
     with ThreadPoolExecutor(workers) as pool:
-        list(pool.map(create, range(count)))
+        list(pool.map(create, indices))
 
 
 def create_pods(plane: ControlPlane, count: int, image: str, *, workers: int) -> None:
@@ -399,11 +412,6 @@ def etcd_key(prefix: str, name: str, namespace: str = "") -> str:
     return f"{prefix}/{namespace + '/' if namespace else ''}{name}"
 
 
-# The built-in kinds a form may write beside its CRDs': kind -> (group, plural, namespaced, etcd prefix).
-# A Lease's writes are counted with kwok's node Leases in the apiserver's figures.
-BUILT_IN_KINDS = {"Lease": ("coordination.k8s.io", "leases", True, "/registry/leases")}
-
-
 class PublisherForm:
     """today, hashes: each node's agent's own Publisher (agent/publisher.py) as it is. today: one
     NodeImages object holding the whole list, renewed by rewriting it (only spec.observedAt
@@ -413,9 +421,11 @@ class PublisherForm:
 
     resources = (PLURAL,)
 
-    def __init__(self, plane: ControlPlane, api: k8s.ApiClient, nodes: int, *, hashed: bool = False) -> None:
+    def __init__(self, plane: ControlPlane, api: k8s.ApiClient, nodes: int, *, hashed: bool = False,
+                 lease_s: int = LEASE_S) -> None:
         self.name = "hashes" if hashed else "today"
-        self.publishers = [Publisher(api, node_name(i), lease_seconds=LEASE_S, hashed=hashed) for i in range(nodes)]
+        self._api, self._hashed, self.lease_s = api, hashed, lease_s
+        self.publishers = [Publisher(api, node_name(i), lease_seconds=lease_s, hashed=hashed) for i in range(nodes)]
         # The apiserver counts request bytes by resource, not namespace: kwok's node Leases would
         # drown the agents' renewals, so these are counted as the client sends them.
         self.sent = SentLeases(api) if hashed else None
@@ -426,13 +436,23 @@ class PublisherForm:
     # What an idle agent's cycle does: the same list again, published if due.
     renew = write
 
+    def forget(self, index: int) -> None:
+        """Delete what node `index`'s agent wrote and start it afresh, as on a new node."""
+        objects = k8s.CustomObjectsApi(self._api)
+        objects.delete_cluster_custom_object(GROUP, VERSION, PLURAL, node_name(index), _request_timeout=30)
+        if self.publishers[index].renewal and self.publishers[index].renewal.renewed_at is not None:
+            objects.delete_namespaced_custom_object(LEASE_GROUP, LEASE_VERSION, AGENT_NAMESPACE, LEASE_PLURAL,
+                                                    node_name(index), _request_timeout=30)
+        self.publishers[index] = Publisher(self._api, node_name(index), lease_seconds=self.lease_s,
+                                           hashed=self._hashed)
+
     def stored(self, index: int) -> list[tuple[str, dict]]:
         publisher = self.publishers[index]
         stored = [] if publisher.stored is None else [
             (etcd_key(f"/registry/{GROUP}/{PLURAL}", node_name(index)), publisher.stored)]
         if publisher.renewal is not None and publisher.renewal.renewed_at is not None:
             lease = lease_object(node_name(index), AGENT_NAMESPACE, renewed_at=publisher.renewal.renewed_at,
-                                 lease_seconds=LEASE_S)
+                                 lease_seconds=self.lease_s)
             stored.append((etcd_key("/registry/leases", node_name(index), AGENT_NAMESPACE), lease))
         return stored
 
@@ -462,84 +482,8 @@ class SentLeases:
         return taken
 
 
-class Objects:
-    """What one node's agent writes in a form: `lists`, the objects that hold its image list
-    (written when the list changes), and `renewal`, the small object it rewrites every renewal
-    period so that readers know the list is current."""
-
-    def __init__(self, lists: list[dict], renewal: dict) -> None:
-        self.lists, self.renewal = lists, renewal
-
-
-class ObjectsForm:
-    """A form given as two functions: `objects(node, images, spec, observed_at)` -> Objects, and
-    `renewal(stored renewal object, now)` -> the renewal object to write back. Its kinds are the
-    CRDs in `crds` (applied before the nodes exist) and BUILT_IN_KINDS; every object is created,
-    and the renewal replaced, through the apiserver as an agent would (with the resourceVersion it
-    last wrote)."""
-
-    def __init__(self, plane: ControlPlane, api: k8s.ApiClient, nodes: int, *, name: str, objects, renewal,
-                 crds: tuple[Path, ...]) -> None:
-        import yaml
-
-        self.name, self._objects, self._renewal = name, objects, renewal
-        self.kinds = dict(BUILT_IN_KINDS)
-        defined = []
-        for path in crds:
-            for crd in yaml.safe_load_all(path.read_text()):
-                if crd and crd.get("kind") == "CustomResourceDefinition":
-                    group, plural = crd["spec"]["group"], crd["spec"]["names"]["plural"]
-                    self.kinds[crd["spec"]["names"]["kind"]] = (group, plural, crd["spec"]["scope"] == "Namespaced",
-                                                                f"/registry/{group}/{plural}")
-                    defined.append(f"crd/{plural}.{group}")
-            plane.kubectl("apply", "--server-side", "-f", str(path))
-        if defined:
-            plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", *defined)
-        self.resources = tuple({plural for _, plural, _, _ in self.kinds.values()})
-        self._api = k8s.CustomObjectsApi(api)
-        self._stored: list[list[tuple[str, dict]]] = [[] for _ in range(nodes)]
-
-    def _place(self, obj: dict) -> tuple[str, str, str, str, str, str]:
-        group, plural, namespaced, prefix = self.kinds[obj["kind"]]
-        version = obj["apiVersion"].split("/", 1)[1]
-        namespace = obj["metadata"].get("namespace", "") if namespaced else ""
-        return group, version, plural, namespace, obj["metadata"]["name"], prefix
-
-    def _create(self, obj: dict) -> tuple[str, dict]:
-        group, version, plural, namespace, name, prefix = self._place(obj)
-        if namespace:
-            written = self._api.create_namespaced_custom_object(group, version, namespace, plural, obj,
-                                                                _request_timeout=(10, 60))
-        else:
-            written = self._api.create_cluster_custom_object(group, version, plural, obj, _request_timeout=(10, 60))
-        return etcd_key(prefix, name, namespace), written
-
-    def write(self, index: int, images: list[dict], spec: dict, now: float) -> str:
-        made = self._objects(node_name(index), images, spec, now)
-        self._stored[index] = [self._create(obj) for obj in [*made.lists, made.renewal]]
-        return "create"
-
-    def renew(self, index: int, images: list[dict], spec: dict, now: float) -> str:
-        key, stored = self._stored[index][-1]
-        obj = self._renewal(stored, now)
-        obj["metadata"]["resourceVersion"] = stored["metadata"]["resourceVersion"]
-        group, version, plural, namespace, name, _ = self._place(obj)
-        if namespace:
-            written = self._api.replace_namespaced_custom_object(group, version, namespace, plural, name, obj,
-                                                                 _request_timeout=(10, 60))
-        else:
-            written = self._api.replace_cluster_custom_object(group, version, plural, name, obj,
-                                                              _request_timeout=(10, 60))
-        self._stored[index][-1] = (key, written)
-        return "renew"
-
-    def stored(self, index: int) -> list[tuple[str, dict]]:
-        return self._stored[index]
-
-
 # --form: the published forms measured on the same fleet, each made as
-# FORMS[name](plane, api_client, nodes). A later form is
-# functools.partial(ObjectsForm, name=..., objects=..., renewal=..., crds=(its CRD files,)).
+# FORMS[name](plane, api_client, nodes, lease_s=...).
 FORMS = {"today": PublisherForm, "hashes": functools.partial(PublisherForm, hashed=True)}
 
 
@@ -557,6 +501,13 @@ class Round:
         self.client_cpu_s = 0.0
 
 
+def agent_listing(images: list[RuntimeImage], chosen: np.ndarray, index: int) -> tuple[list[dict], dict]:
+    """What a node's agent cycle makes of the runtime's list before it publishes: the image dicts
+    and the spec's sandbox report."""
+    listed = node_list(images, chosen, node_name(index))
+    return listed, {"sandboxImage": sandbox_image_report(SANDBOX_IMAGE, listed), "pinning": None}
+
+
 def write_round(name: str, step, nodes: int, sets: list[np.ndarray], images: list[RuntimeImage],
                 *, observed_at, workers: int, watch: Watch, deadline_s: float) -> Round:
     """`step(index, images, spec, now)` for every node: the form's write or renew."""
@@ -567,9 +518,7 @@ def write_round(name: str, step, nodes: int, sets: list[np.ndarray], images: lis
     def publish(index: int) -> None:
         if watch.over.is_set() or time.monotonic() - start > deadline_s:
             return
-        # What the agent's cycle does with the runtime's list before it publishes.
-        listed = node_list(images, sets[index], node_name(index))
-        spec = {"sandboxImage": sandbox_image_report(SANDBOX_IMAGE, listed), "pinning": None}
+        listed, spec = agent_listing(images, sets[index], index)
         began = time.monotonic()
         try:
             reason = step(index, listed, spec, observed_at())
@@ -610,24 +559,6 @@ def snapshot(plane: ControlPlane, label: str, rows: list[dict]) -> dict:
 
 # --- serve -----------------------------------------------------------------------------------------
 
-def start_serve(plane: ControlPlane, work: Path) -> tuple[subprocess.Popen, int, int, Path]:
-    from image_preflight.certs.store import CertRequest, ensure_certificates
-
-    certs = work / "certs"
-    ensure_certificates(certs, CertRequest(SERVE_ACCOUNT, SERVE_NAMESPACE), dt.datetime.now(dt.timezone.utc))
-    kubeconfig = plane.service_account_kubeconfig(SERVE_NAMESPACE, SERVE_ACCOUNT, work / "serve.kubeconfig")
-    port, metrics_port = free_port(), free_port()
-    # As the chart's Deployment runs it (templates/webhook/deployment.yaml), its token from a kubeconfig.
-    command = [sys.executable, "-m", "image_preflight", "serve", f"--tls-cert={certs / 'tls.crt'}",
-               f"--tls-key={certs / 'tls.key'}", "--tls-min-version=1.3", f"--kubeconfig={kubeconfig}",
-               "--host=127.0.0.1", f"--port={port}", f"--metrics-port={metrics_port}", "--mode=enforce",
-               "--unknown=allow", "--require=all", "--max-images=50", "--log-level=warning"]
-    with open(work / "serve.log", "ab") as log:
-        popen = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                 cwd=work)
-    return popen, port, metrics_port, certs
-
-
 def https(port: int, ca: Path, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
     """A request as the apiserver makes it (tests/serving.py: the Service's name, the CA verified)."""
     connection = ServiceConnection(port, client_context(ca))
@@ -637,20 +568,6 @@ def https(port: int, ca: Path, method: str, path: str, body: bytes | None = None
         return answer.status, answer.read()
     finally:
         connection.close()
-
-
-def wait_serve_ready(popen: subprocess.Popen, port: int, ca: Path, deadline_s: float) -> float:
-    start = time.monotonic()
-    while time.monotonic() - start < deadline_s:
-        if popen.poll() is not None:
-            raise RuntimeError(f"serve exited with {popen.returncode}")
-        try:
-            if https(port, ca, "GET", "/readyz")[0] == 200:
-                return time.monotonic() - start
-        except OSError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"serve not ready after {deadline_s:.0f} s")
 
 
 def wait_lists_held(popen: subprocess.Popen, metrics_port: int, nodes: int, names: int, deadline_s: float) -> float:
@@ -703,6 +620,9 @@ def decide(port: int, ca: Path, image: str, node: str | None = None) -> bool:
 
 CHANGE_DEADLINE_S = 60.0
 SETTLE_S = 2.0
+BASELINE_NODES = 3  # the webhook's call is first timed on a cluster this small
+SPAN_IMAGES = 50  # Jobs name these in turn: the images most nodes hold
+SPAN_RATE = 20.0  # Jobs created a second while the webhook's call is timed
 
 
 def change_to_decision(form, index: int, sets: list[np.ndarray], images: list[RuntimeImage], port: int,
@@ -715,8 +635,7 @@ def change_to_decision(form, index: int, sets: list[np.ndarray], images: list[Ru
                          repo_digests=(), size=1 << 30, pinned=False)
     if decide(port, ca, built.repo_tags[0], node):
         raise RuntimeError(f"a Job for {built.repo_tags[0]} on {node} was admitted before the image was built")
-    listed = node_list([*images[:-1], built, images[-1]], np.append(sets[index], len(images) - 1), node)
-    spec = {"sandboxImage": sandbox_image_report(SANDBOX_IMAGE, listed), "pinning": None}
+    listed, spec = agent_listing([*images[:-1], built, images[-1]], np.append(sets[index], len(images) - 1), index)
     start = time.monotonic()
     form.write(index, listed, spec, time.time())
     while time.monotonic() - start < CHANGE_DEADLINE_S:
@@ -726,12 +645,36 @@ def change_to_decision(form, index: int, sets: list[np.ndarray], images: list[Ru
     return None
 
 
+DATASET_ROWS = 6343  # the training set of the run in the README
+
+
+def commands_at_size(plane: ControlPlane, work: Path, images: list[RuntimeImage], held: np.ndarray, port: int,
+                     rng: np.random.Generator) -> dict:
+    """What a user runs against the whole cluster, each as a process with the admin kubeconfig:
+    `inventory dump`, `doctor` (reading serve's certificate at `port`), `scan` of a dataset whose
+    rows name images one node holds, from the cluster and from the dump."""
+    dataset = work / "rows.jsonl"
+    with open(dataset, "w") as out:
+        for row, index in enumerate(rng.choice(held, DATASET_ROWS)):
+            out.write(json.dumps({"instance_id": f"row-{row}", "image_name": images[int(index)].repo_tags[0]}) + "\n")
+    admin, dump = str(plane.kubeconfig), work / "dump.json"
+    scan = ["scan", "--image", "{{ input.image_name }}", str(dataset), "--out-dir", str(work / "kept")]
+    return {
+        "inventory dump": timed_command(["inventory", "dump", "--kubeconfig", admin, "--out", str(dump)],
+                                        work / "dump.log"),
+        "doctor": timed_command(["doctor", "--kubeconfig", admin, "--namespace", JUDGED_NAMESPACE,
+                                 "--webhook-address", f"127.0.0.1:{port}"], work / "doctor.log"),
+        "scan": timed_command([*scan, "--kubeconfig", admin], work / "scan.log"),
+        "scan --inventory": timed_command([*scan, "--inventory", str(dump)], work / "scan-inventory.log"),
+    }
+
+
 # --- the run ---------------------------------------------------------------------------------------
 
 def run(args: argparse.Namespace, work: Path) -> dict:
     result: dict = {"form": args.form, "nodes": args.nodes, "images_per_node": args.images, "catalogue": args.catalogue,
                     "zipf": args.zipf, "digests": args.digests, "workers": args.workers, "seed": args.seed,
-                    "pods_per_node": args.pods_per_node,
+                    "pods_per_node": args.pods_per_node, "lease": args.lease, "kwok_lease": args.kwok_lease,
                     "gomaxprocs": os.environ.get("GOMAXPROCS", ""), "snapshots": [], "rounds": {}}
     rng = np.random.default_rng(args.seed)
     images = catalogue(args.catalogue, digests=args.digests, rng=rng)
@@ -745,27 +688,49 @@ def run(args: argparse.Namespace, work: Path) -> dict:
 
     folder, why = (None, "--no-kwok") if args.no_kwok else kwok_folder()
     result["kwok"] = str(folder) if folder else f"not used: {why}"
-    plane = FleetControlPlane(work / "cp", lease_heartbeat=folder is None)
+    receiver = SpanReceiver(names=frozenset({WEBHOOK_SPAN, "Create"})).start()
+    plane = FleetControlPlane(work / "cp", lease_heartbeat=folder is None, tracing_endpoint=receiver.endpoint)
     kwok: Process | None = None
-    serve: subprocess.Popen | None = None
+    served: ServedWebhook | None = None
     watch: Watch | None = None
     rows = result["snapshots"]
+    # The images most nodes hold: each Job names one, the same in turn on 3 nodes and on the fleet.
+    held_by = np.bincount(np.concatenate(sets), minlength=len(images))
+    widest = [images[int(i)].repo_tags[0] for i in np.argsort(-held_by, kind="stable")[:SPAN_IMAGES]]
     try:
         start = time.monotonic()
         plane.start()
         result["control_plane_start_s"] = time.monotonic() - start
         apply_service_accounts(plane)  # the chart's NodeImages CRD, namespaces, ServiceAccounts and roles
+        webhook = Webhook(plane, work)  # and its webhook configuration, judging one namespace's Jobs
         # One client for all the writers (each node's agent has its own; the requests are the same):
         # its pool holds 5 connections per CPU, more than --workers use at once.
-        form = FORMS[args.form](plane, plane.api_client(), args.nodes)
+        form = FORMS[args.form](plane, plane.api_client(), args.nodes, lease_s=args.lease)
         result["form_resources"] = list(form.resources)
         if folder is not None:
-            kwok = start_kwok(plane, folder, work)
+            kwok = start_kwok(plane, folder, work, lease_s=args.kwok_lease)
+        alive = [p for p in (kwok, *plane.processes) if p is not None]
+
+        # The webhook's call as the apiserver times it, on a cluster of a few nodes: the baseline.
+        first = min(BASELINE_NODES, args.nodes)
+        create_nodes(plane, range(first), kwok=kwok is not None, workers=args.workers)
+        wait_ready(plane, first, NODES_READY_DEADLINE_S, alive)
+        for index in range(first):
+            form.write(index, *agent_listing(images, sets[index], index), time.time())
+        if args.spans:
+            served = webhook.serve()
+            served.start(timeout_s=SERVE_READY_DEADLINE_S)
+            result["spans"] = {"baseline_nodes": first, "baseline": job_spans(
+                plane, receiver, widest, seconds=args.spans, rate=SPAN_RATE, label="small")}
+            served.stop()
+            served = None
+        for index in range(first):  # every list is written in round 1 below, as on a new cluster
+            form.forget(index)
+
         start = time.monotonic()
-        create_nodes(plane, args.nodes, kwok=kwok is not None, workers=args.workers)
+        create_nodes(plane, range(first, args.nodes), kwok=kwok is not None, workers=args.workers)
         result["nodes_created_s"] = time.monotonic() - start
-        result["nodes_ready_s"] = wait_ready(plane, args.nodes, NODES_READY_DEADLINE_S + 0.2 * args.nodes,
-                                             [p for p in (kwok, *plane.processes) if p is not None])
+        result["nodes_ready_s"] = wait_ready(plane, args.nodes, NODES_READY_DEADLINE_S + 0.2 * args.nodes, alive)
         pods = args.pods_per_node * args.nodes
         if pods and kwok is not None:
             start = time.monotonic()
@@ -788,7 +753,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         compact(plane)
         snapshot(plane, BEFORE_LISTS, rows)
 
-        threshold = LEASE_S * (1 - RENEW_WHEN_REMAINING)
+        threshold = args.lease * (1 - RENEW_WHEN_REMAINING)
         before = request_bytes(plane)
         # Observed a renewal period ago, so that the next round is the renewal an idle agent makes.
         created = write_round("create", form.write, args.nodes, sets, images,
@@ -830,36 +795,43 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             # a round stopped early leaves some nodes without one.
             holders = [i for i in range(args.nodes) if form.stored(i)]
             names = sum(sets[i].size for i in holders) * (2 if args.digests else 1) + 2 * len(holders)
+            served = webhook.serve()
+            port, metrics_port, ca = served.port, served.metrics_port, webhook.certs / "ca.crt"
             start = time.monotonic()
-            serve, port, metrics_port, certs = start_serve(plane, work)
             try:
-                ready_s = wait_serve_ready(serve, port, certs / "ca.crt", SERVE_READY_DEADLINE_S)
-                held_s = wait_lists_held(serve, metrics_port, args.nodes, names, SERVE_READY_DEADLINE_S) + ready_s
+                served.start(timeout_s=SERVE_READY_DEADLINE_S)  # /readyz answered 200
+                ready_s = time.monotonic() - start
+                held_s = wait_lists_held(served.popen, metrics_port, args.nodes, names, SERVE_READY_DEADLINE_S) + ready_s
                 gauges = serve_gauges(metrics_port)
                 core = next((i for i in range(100) if all(sets_hold(sets, i))), None)
                 result["serve"] = {
                     "ready_s": ready_s, "lists_held_s": held_s,
-                    "rss_mib": rss_mib(serve.pid), "peak_rss_mib": hwm_mib(serve.pid),
-                    "cpu_s": tree_cpu_seconds([serve.pid]),
+                    "rss_mib": rss_mib(served.popen.pid), "peak_rss_mib": hwm_mib(served.popen.pid),
+                    "cpu_s": tree_cpu_seconds([served.popen.pid]),
                     "inventory_nodes": gauges.get("image_preflight_inventory_nodes"),
                     "inventory_images": gauges.get("image_preflight_inventory_images"), "names_written": names,
                     "admits_an_image_every_node_holds": None if core is None
-                    else decide(port, certs / "ca.crt", images[core].repo_tags[0]),
+                    else decide(port, ca, images[core].repo_tags[0]),
                     "denies_an_image_no_node_holds": not decide(
-                        port, certs / "ca.crt", "docker.io/swebench/sweb.eval.x86_64.nobody_1776_nothing-1:openai"),
-                    "change_to_decision_s": change_to_decision(form, holders[0], sets, images, port, certs / "ca.crt"),
+                        port, ca, "docker.io/swebench/sweb.eval.x86_64.nobody_1776_nothing-1:openai"),
+                    "change_to_decision_s": change_to_decision(form, holders[0], sets, images, port, ca),
                 }
+                if args.spans:
+                    result["spans"]["fleet"] = job_spans(plane, receiver, widest, seconds=args.spans,
+                                                         rate=SPAN_RATE, label="fleet")
+                if args.commands:
+                    result["commands"] = commands_at_size(plane, work, images, sets[0], served.port, rng)
                 # What renewals cost serve: one more round while it watches (due a renewal period on,
                 # so its lists read as observed ahead of the clock from here: nothing is decided after).
-                cpu = tree_cpu_seconds([serve.pid])
+                cpu = tree_cpu_seconds([served.popen.pid])
                 again = write_round("renew, serve watching", form.renew, args.nodes, sets, images,
                                     observed_at=lambda: time.time() + threshold + 1, workers=args.workers,
                                     watch=watch, deadline_s=args.round_deadline)
                 time.sleep(SETTLE_S)  # the round's last events reach serve
-                result["serve"] |= {"renewal_round_cpu_s": tree_cpu_seconds([serve.pid]) - cpu,
+                result["serve"] |= {"renewal_round_cpu_s": tree_cpu_seconds([served.popen.pid]) - cpu,
                                     "renewal_round_written": again.written, "renewal_round_wall_s": again.wall_s}
             except RuntimeError as exc:
-                result["serve"] = {"failed": str(exc), "log": tail(work / "serve.log")}
+                result["serve"] = {"failed": str(exc), "log": tail(served.log)}
             snapshot(plane, "serve holding every list", rows)
         if kwok is not None:
             result["kwok_rss_mib"] = rss_mib(kwok.popen.pid)  # type: ignore[union-attr]
@@ -874,11 +846,12 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     finally:
         if watch is not None:
             watch.stop()
-        if serve is not None:
-            terminate(serve)
+        if served is not None:
+            served.stop()
         if kwok is not None:
             kwok.stop()
         plane.stop()
+        receiver.stop()
     return result
 
 
@@ -989,7 +962,7 @@ def differences(result: dict) -> dict:
 def report(result: dict) -> str:
     lines = [f"form {result['form']}; fleet: {result['nodes']:,} nodes x {result['images_per_node']:,} images "
              f"(catalogue {result['catalogue']:,}, zipf {result['zipf']}, digests {result['digests']}); "
-             f"kwok: {result['kwok']}"]
+             f"kwok: {result['kwok']} (node Leases of {result['kwok_lease']} s); the lists' lease {result['lease']} s"]
     share = result["sharing"]
     lines.append(f"sharing: {share['distinct_images']:,} distinct images, {share['images_on_every_node']:,} on every "
                  f"node, {share['images_on_at_most_5pct']:,} on <= 5 % of nodes; "
@@ -1053,6 +1026,18 @@ def report(result: dict) -> str:
                          f"a renewal round of {serve.get('renewal_round_written', 0):,} writes cost it "
                          f"{serve.get('renewal_round_cpu_s', 0):.1f} CPU s (one every "
                          f"{LEASE_S * (1 - RENEW_WHEN_REMAINING):g} s)")
+    spans = result.get("spans", {})
+    for when, label in (("baseline", f"{spans.get('baseline_nodes')} nodes"), ("fleet", f"{result['nodes']:,} nodes")):
+        if when in spans:
+            sp = spans[when]
+            lines.append(f"Jobs at {sp['rate']:g}/s, dryRun, on {label}: {sp['answers']}; the apiserver's spans: webhook call "
+                         f"p50 / p99 {sp['webhook_p50_s'] * 1e3:.1f} / {sp['webhook_p99_s'] * 1e3:.1f} ms "
+                         f"({sp['calls']} of {sp['judged_jobs']} judged Jobs); Create, judged "
+                         f"{sp['create_judged_p50_s'] * 1e3:.1f} / {sp['create_judged_p99_s'] * 1e3:.1f} ms, unjudged "
+                         f"{sp['create_unjudged_p50_s'] * 1e3:.1f} / {sp['create_unjudged_p99_s'] * 1e3:.1f} ms")
+    for name, c in result.get("commands", {}).items():
+        lines.append(f"{name} (admin kubeconfig, {DATASET_ROWS:,} rows for scan): {c['wall_s']:.1f} s, CPU "
+                     f"{c['cpu_s']:.1f} s, peak RSS {c['peak_rss_mib']:,.0f} MiB, exit {c['exit']}: {c['last_line']}")
     lines.append(f"kube-apiserver peak RSS {result.get('apiserver_peak_rss_mib', 0):,.0f} MiB, CPU "
                  f"{result.get('apiserver_cpu_s', 0):.0f} s; etcd CPU {result.get('etcd_cpu_s', 0):.0f} s"
                  + (f"; kwok RSS {result['kwok_rss_mib']:,.0f} MiB, CPU {result['kwok_cpu_s']:.0f} s, "
@@ -1093,7 +1078,17 @@ def main() -> None:
     parser.add_argument("--max-apiserver-gib", type=float, default=8.0,
                         help="stop a round once kube-apiserver's RSS passes this")
     parser.add_argument("--no-kwok", action="store_true", help="API-created nodes kept Ready by a Lease heartbeat")
+    parser.add_argument("--kwok-lease", type=int, default=KWOK_LEASE_S,
+                        help="kwok's node Lease duration in seconds (renewed every quarter of it)")
+    parser.add_argument("--lease", type=int, default=LEASE_S,
+                        help="the lease the agents' lists carry; rates are given at the default's renewal period. "
+                             "Longer keeps them current when a round takes longer than a renewal period")
     parser.add_argument("--no-serve", dest="serve", action="store_false")
+    parser.add_argument("--spans", type=float, default=20.0,
+                        help="seconds of Jobs (20 a second) timed by the apiserver's spans on 3 nodes and on "
+                             "the fleet (0: none)")
+    parser.add_argument("--no-commands", dest="commands", action="store_false",
+                        help="skip timing inventory dump, doctor and scan at size")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="write the figures here too")
     args = parser.parse_args()

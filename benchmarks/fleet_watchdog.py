@@ -315,7 +315,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         alive = [*plane.processes, kwok_process]
         core, batch = plane.core(), k8s.BatchV1Api(plane.core().api_client)
         start = time.monotonic()
-        create_nodes(plane, args.nodes, kwok=True, workers=8)
+        create_nodes(plane, range(args.nodes), kwok=True, workers=8)
         wait_ready(plane, args.nodes, 120.0, alive)
         stall_node = StallNode(plane)
         create_namespaces(core, args.namespaces)

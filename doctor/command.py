@@ -31,7 +31,7 @@ def run(config: DoctorConfig) -> int:
                       agent_namespace=config.cluster.agent_namespace)
     finally:
         api.close()
-    for finding in found:
+    for finding in findings.summarized(found):
         print(finding.line())
     problems = sum(1 for f in found if f.status == PROBLEM)
     print(f"{problems} problem(s)" if problems else "no problems found")

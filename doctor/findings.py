@@ -295,14 +295,62 @@ def node_lists(nodes: Sequence[Mapping], published: Sequence[Mapping], caps: Map
             found.append(Finding(PROBLEM, f"a NodeImages object cannot be read: {exc}"))
             continue
         runtime[listed.node] = listed
+    complete: list[tuple[str, int]] = []  # (node, names) of each node whose agent's list proves all
     for node in nodes:
         name = (node.get("metadata") or {}).get("name", "?")
         agent = runtime.get(name)
-        found.append(_node_list(node, name, agent, caps.get(name), max_images, now))
+        if agent is not None and agent.conclusive(now):
+            complete.append((name, len(agent.refs)))
+        else:
+            found.append(_node_list(node, name, agent, caps.get(name), max_images, now))
         missing = agent.lacks_sandbox(now) if agent is not None else None
         if missing is not None:
             found.append(sandbox_image(name, missing))
-    return found
+    return _complete_lists(complete) + found
+
+
+# Beyond this many nodes with the same finding that needs nothing done (ok, skipped), doctor says
+# so in one line: a fleet's thousands of nodes would otherwise bury its problems. A node with
+# anything to fix always has a line of its own.
+NODES_LISTED = 20
+
+
+def summarized(found: Sequence[Finding]) -> list[Finding]:
+    """`found` with each set of more than NODES_LISTED ok or skipped findings that read
+    the same but for their node's name as one line, where the first of them stood."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for finding in found:
+        if finding.status != PROBLEM and (node := _per_node(finding)) is not None:
+            groups.setdefault((finding.status, node[1], finding.fix), []).append(node[0])
+    out = []
+    for finding in found:
+        node = _per_node(finding) if finding.status != PROBLEM else None
+        names = groups.get((finding.status, node[1], finding.fix), []) if node is not None else []
+        if len(names) <= NODES_LISTED:
+            out.append(finding)
+        elif node[0] == names[0]:
+            out.append(Finding(finding.status, f"{len(names):,} nodes: {node[1]}: {', '.join(names[:3])} and "
+                                               f"{len(names) - 3:,} more", finding.fix))
+    return out
+
+
+def _per_node(finding: Finding) -> tuple[str, str] | None:
+    """(node, the rest) of a finding that reads "node NAME: ...", else None."""
+    if not finding.text.startswith("node "):
+        return None
+    name, sep, rest = finding.text[len("node "):].partition(": ")
+    return (name, rest) if sep and name and " " not in name else None
+
+
+def _complete_lists(complete: list[tuple[str, int]]) -> list[Finding]:
+    if len(complete) <= NODES_LISTED:
+        return [Finding(OK, f"node {name}: complete list from the node agent ({names} names)")
+                for name, names in complete]
+    low, high = min(names for _, names in complete), max(names for _, names in complete)
+    counts = f"{low:,}" if low == high else f"{low:,}-{high:,}"
+    shown = ", ".join(name for name, _ in complete[:3])
+    return [Finding(OK, f"{len(complete):,} nodes: complete lists from their node agents ({counts} names each): "
+                        f"{shown} and {len(complete) - 3:,} more")]
 
 
 # The label containerd's CRI plugin reads as "pinned", which the kubelet's image GC leaves alone.
@@ -325,8 +373,7 @@ def sandbox_image(node: str, image: str) -> Finding:
 
 
 def _node_list(node: Mapping, name: str, agent, cap: int | None, max_images: int | None, now: float) -> Finding:
-    if agent is not None and agent.conclusive(now):
-        return Finding(OK, f"node {name}: complete list from the node agent ({len(agent.refs)} names)")
+    """A node whose agent's list does not prove all: what its Node status does prove."""
     stale = ""
     if agent is not None and agent.observed_at is not None and agent.observed_at - CLOCK_SKEW_S > now:
         ahead = agent.observed_at - now

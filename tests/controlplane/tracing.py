@@ -44,9 +44,12 @@ def _value(any_value) -> str:
 
 
 class SpanReceiver:
-    """Collects every span exported to it; `endpoint` is what a TracingConfiguration names."""
+    """Collects the spans exported to it (only those named in `names`, when given: an apiserver
+    under a fleet's heartbeats exports hundreds a second); `endpoint` is what a
+    TracingConfiguration names."""
 
-    def __init__(self) -> None:
+    def __init__(self, names: frozenset[str] | None = None) -> None:
+        self._names = names
         self._spans: list[Span] = []
         self._lock = threading.Lock()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
@@ -71,6 +74,7 @@ class SpanReceiver:
             for resource_spans in request.resource_spans
             for scope_spans in resource_spans.scope_spans
             for span in scope_spans.spans
+            if self._names is None or span.name in self._names
         ]
         with self._lock:
             self._spans.extend(received)

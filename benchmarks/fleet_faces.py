@@ -1,0 +1,139 @@
+"""What the faces cost at fleet size, for benchmarks/fleet.py: the webhook's call as the
+apiserver times it, and the commands a user runs against the whole cluster.
+
+- `Webhook`: `image-preflight serve` as the chart runs it (tests/controlplane/webhook.py's
+  ServedWebhook, the chart's ValidatingWebhookConfiguration, its ServiceAccount's token), reached
+  by the apiserver through the Service's ClusterIP as in a cluster.
+- `job_spans`: rollout Jobs created at a fixed rate, each with one of a set of images, through the
+  apiserver with dryRun=All (the webhook declares sideEffects: None, so the apiserver calls it;
+  nothing is stored, so thousands of Jobs leave no Pods for the scheduler and kwok). Alternate Jobs
+  go to a namespace the webhook does not judge, so the apiserver's own time for a Job at the same
+  moment stands beside the webhook's. The figures are the apiserver's tracing spans
+  (tests/controlplane/tracing.py): "Call validating webhook" for the webhook and "Create" for the
+  request.
+- `timed_command`: one CLI command as its own process, its wall time, CPU and peak RSS.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from kubernetes import client as k8s
+
+from benchmarks.figures import hwm_mib, percentile
+from benchmarks.peer_setups import IMAGE_PREFLIGHT_WEBHOOK
+from tests.builders.stalls import ENFORCE_LABEL
+from tests.chart import API_ONLY, apply, merged, secret_values
+from tests.controlplane.cluster import ControlPlane, new_namespace
+from tests.controlplane.tracing import WEBHOOK_SPAN, SpanReceiver
+from tests.controlplane.webhook import ServedWebhook
+
+JUDGED_NAMESPACE, UNJUDGED_NAMESPACE = "fleet-rollouts", "fleet-unjudged"
+# As benchmarks/fleet.py's serve ran before: the chart's defaults for a training cluster.
+SERVE_ARGS = ("--tls-min-version=1.3", "--mode=enforce", "--unknown=allow", "--require=all", "--max-images=50",
+              "--log-level=warning")
+EXPORT_S = 6.0  # the apiserver exports its spans every 5 s
+OUTPUT_LINES = 20  # a command's first lines kept with its figures
+
+
+class Webhook:
+    """The chart's webhook objects applied once; `serve()` starts a ServedWebhook against them."""
+
+    def __init__(self, plane: ControlPlane, work: Path) -> None:
+        from image_preflight.cli import main as cli
+
+        self.plane, self.work = plane, work
+        self.certs = work / "certs"
+        if cli(["certs", "--service", "image-preflight", "--namespace", "image-preflight",
+                "--out-dir", str(self.certs)]):
+            raise RuntimeError("image-preflight certs failed")
+        apply(plane, merged(API_ONLY, secret_values(self.certs)), workloads=False)
+        self.kubeconfig = plane.service_account_kubeconfig("image-preflight", "image-preflight",
+                                                           work / "serve.kubeconfig")
+        new_namespace(plane, ENFORCE_LABEL, name=JUDGED_NAMESPACE)
+        new_namespace(plane, name=UNJUDGED_NAMESPACE)
+        self.served = 0
+
+    def serve(self) -> ServedWebhook:
+        """A ServedWebhook, not started."""
+        self.served += 1
+        return ServedWebhook(self.plane, self.certs, self.kubeconfig, self.work / f"serve-{self.served}.log",
+                             *SERVE_ARGS)
+
+
+def rollout_job(name: str, image: str) -> dict:
+    """A rollout Job as agent-lightning's SWE-smith template makes it, reduced to what is decided."""
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": {
+        "backoffLimit": 0, "template": {"spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "rollout", "image": image, "imagePullPolicy": "IfNotPresent"}]}}}}
+
+
+def job_spans(plane: ControlPlane, receiver: SpanReceiver, images: list[str], *, seconds: float, rate: float,
+              label: str) -> dict:
+    """Jobs created with dryRun=All at `rate` a second for `seconds`, alternately in the judged and
+    the unjudged namespace, each with the next of `images`; the spans of this phase's requests."""
+    batch = k8s.BatchV1Api(plane.core().api_client)
+    since_ns = time.time_ns()
+    answers = {"admitted": 0, "denied": 0, "failed": 0}
+    lock = threading.Lock()
+    count = int(seconds * rate)
+    start = time.monotonic()
+    for index in range(count):
+        time.sleep(max(0.0, start + index / rate - time.monotonic()))
+        namespace = JUDGED_NAMESPACE if index % 2 == 0 else UNJUDGED_NAMESPACE
+        try:
+            batch.create_namespaced_job(namespace, rollout_job(f"{label}-{index}", images[index // 2 % len(images)]),
+                                        dry_run="All", _request_timeout=30)
+            outcome = "admitted"
+        except k8s.ApiException as exc:
+            outcome = "denied" if "denied the request" in str(exc.body or "") else "failed"
+        with lock:
+            answers[outcome] += 1
+    time.sleep(EXPORT_S)
+    fresh = [span for span in receiver.spans() if span.start_ns >= since_ns]
+    calls = [span.seconds for span in fresh
+             if span.name == WEBHOOK_SPAN and span.attributes.get("webhook", "").startswith(IMAGE_PREFLIGHT_WEBHOOK)]
+    creates = {namespace: [span.seconds for span in fresh if span.name == "Create"
+                           and span.attributes.get("resource") == "jobs"
+                           and span.attributes.get("namespace") == namespace]
+               for namespace in (JUDGED_NAMESPACE, UNJUDGED_NAMESPACE)}
+    judged = (count + 1) // 2
+    return {"jobs": count, "rate": rate, "answers": answers, "calls": len(calls), "judged_jobs": judged,
+            "webhook_p50_s": percentile(calls, 0.5), "webhook_p99_s": percentile(calls, 0.99),
+            "create_judged_p50_s": percentile(creates[JUDGED_NAMESPACE], 0.5),
+            "create_judged_p99_s": percentile(creates[JUDGED_NAMESPACE], 0.99),
+            "create_unjudged_p50_s": percentile(creates[UNJUDGED_NAMESPACE], 0.5),
+            "create_unjudged_p99_s": percentile(creates[UNJUDGED_NAMESPACE], 0.99)}
+
+
+def timed_command(argv: list[str], log: Path, timeout_s: float = 1800.0) -> dict:
+    """`python -m image_preflight *argv` as a process: wall seconds, CPU seconds (wait4), peak RSS
+    (its VmHWM, read every 20 ms until it exits: wait4's ru_maxrss would count the parent's memory
+    it was forked from), exit code, its first lines and its last."""
+    start = time.monotonic()
+    with open(log, "wb") as out:
+        popen = subprocess.Popen([sys.executable, "-m", "image_preflight", *argv], stdout=out,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    peak = 0.0
+    while True:
+        pid, status, usage = os.wait4(popen.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() - start > timeout_s:
+            popen.kill()
+        try:
+            peak = max(peak, hwm_mib(popen.pid))
+        except (OSError, ValueError):
+            pass  # exited between the two calls: wait4 reaps it next
+        time.sleep(0.02)
+    popen.returncode = os.waitstatus_to_exitcode(status)
+    lines = log.read_text(errors="replace").strip().splitlines()
+    return {"wall_s": time.monotonic() - start, "peak_rss_mib": peak, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "exit": popen.returncode, "last_line": lines[-1][:300] if lines else "",
+            "lines": [line[:300] for line in lines[:OUTPUT_LINES]]}
