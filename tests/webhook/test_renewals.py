@@ -54,3 +54,12 @@ def test_a_lease_that_renews_nothing_or_is_deleted_stops_counting_at_once():
     live.replace_renewals([renewal("worker-1", OBSERVED + 100)])
     live.delete_renewal(renewal("worker-1", OBSERVED + 100))
     assert live.current.get("worker-1").expires_at == OBSERVED + LEASE
+
+
+def test_a_heartbeat_that_changes_nothing_a_decision_reads_keeps_the_inventory_and_its_decisions():
+    live = live_inventory()
+    before = live.current
+    live.upsert_node(kube_node("worker-1"))  # the kubelet's status update: only its time is new
+    assert live.current is before
+    live.upsert_node(kube_node("worker-1", taints=[{"key": "gpu", "effect": "NoSchedule"}]))
+    assert live.current is not before and live.current.get("worker-1").traits != before.get("worker-1").traits
