@@ -1,8 +1,12 @@
 """image_preflight.core.decide.memory: what a decision remembers, its limits and when it forgets."""
 
 import math
+import random
+from dataclasses import replace
 
-from tests.builders.inventories import NOW, SWE, inv, node
+from tests.builders.inventories import NOW, SWE, inv, node, pod
+from image_preflight.core.decide.inventory import Inventory, NodeImages
+from image_preflight.core.sources.runtime_lists import renewed
 from image_preflight.core.decide import memory
 from image_preflight.core.decide.decision import decide, eligible_nodes
 from image_preflight.core.decide.memory import Memory
@@ -69,5 +73,59 @@ def test_a_decision_holds_between_the_lease_ends_around_it():
 def test_eligible_nodes_come_from_the_inventorys_memory():
     inventory = inv(node("n1", SWE, labels={"pool": "cpu"}), node("n2", SWE, labels={"pool": "gpu"}))
     found = eligible_nodes(_placement("cpu"), inventory)
-    assert inventory.memory.placements == {_placement("cpu"): found}
-    assert eligible_nodes(_placement("cpu"), inventory) is found
+    assert found[0] == [inventory.get("n1")]
+    assert inventory.memory.placements == {_placement("cpu"): ((0,), found[1])}
+    assert eligible_nodes(_placement("cpu"), inventory) == found
+    renewed = inventory.updated({"n1": replace(inventory.get("n1"), observed_at=NOW)})
+    assert renewed.memory.placements == inventory.memory.placements  # a renewal moves no node
+    assert eligible_nodes(_placement("cpu"), renewed)[0] == [renewed.get("n1")]
+
+
+def test_what_a_renewal_leaves_remembered_decides_as_a_fresh_inventory_would():
+    """Inventory.updated carries decisions through renewals (Memory.renewed): at any time, asked
+    anything, the carried memory answers as a fresh inventory of the renewed lists decides."""
+    rng = random.Random(589)
+    specs = [pod(SWE), pod("other:1"), pod(SWE, "other:1"), pod(SWE, nodeSelector={"pool": "cpu"})]
+    times = [NOW + offset for offset in (-400, -90, -30, 0, 30, 59, 60, 90, 200, 299, 300, 301, 650, 1000)]
+    for _ in range(300):
+        lists = [_leased(rng, f"n{index}") for index in range(rng.randint(1, 4))]
+        carried = Inventory(lists)
+        for _ in range(rng.randint(0, 3)):  # what the old inventory was asked, at times of its own
+            for spec in specs:
+                decide(spec, carried, now=rng.choice(times))
+        for _ in range(rng.randint(1, 3)):
+            chosen = rng.sample(lists, rng.randint(1, len(lists)))
+            renewed = {item.node: _renewed(rng, item) for item in chosen}
+            carried = carried.updated(renewed)
+            lists = [renewed.get(item.node, item) for item in lists]
+            for now in rng.sample(times, 5):
+                spec = rng.choice(specs)
+                assert decide(spec, carried, now=now) == decide(spec, Inventory(lists), now=now), (lists, now)
+
+
+def test_a_renewal_keeps_what_is_remembered_and_any_other_change_forgets_it():
+    listed = node("n1", SWE, observed_at=NOW - 10, expires_at=NOW + 290)
+    first = inv(listed, node("n2"))
+    decide(SPEC, first, now=NOW)
+    renewed = first.updated({"n1": replace(listed, observed_at=NOW + 5, expires_at=NOW + 305)})
+    assert list(renewed.decisions.values())[0][1:] == (NOW - 55, NOW + 290)  # where both leases run
+    assert renewed.get("n1").expires_at == NOW + 305 and len(renewed) == 2
+    for change in ({"n1": replace(listed, complete=False)}, {"n2": None}, {"n3": node("n3")}):
+        assert first.updated(change).decisions == {}
+
+
+def _leased(rng: random.Random, name: str) -> NodeImages:
+    images = rng.sample([SWE, "other:1"], rng.randint(0, 2))
+    labels = {"pool": rng.choice(["cpu", "gpu"])}
+    if rng.random() < 0.2:
+        return node(name, *images, labels=labels)  # no lease: proves what it says for ever
+    observed = NOW + rng.choice([-700, -300, -100, 0, 100])  # stale, current, or ahead of the clock
+    return node(name, *images, labels=labels, observed_at=observed, expires_at=observed + 300,
+                sandbox_missing=rng.choice([None, None, "pause:3.10"]))
+
+
+def _renewed(rng: random.Random, item: NodeImages) -> NodeImages:
+    if item.expires_at is None:
+        return item
+    at = item.observed_at + rng.choice([0, 1, 50, 150, 400, 800])
+    return renewed(item, at)

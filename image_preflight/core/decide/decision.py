@@ -97,20 +97,23 @@ class Decision:
 
 
 def eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list[NodeImages], Counter]:
-    """The nodes `placement` may land on, and why the others are out (remembered per inventory)."""
-    return inventory.memory.placement(placement, lambda: _eligible_nodes(placement, inventory))
+    """The nodes `placement` may land on, and why the others are out (remembered per inventory, by
+    their places in it: a renewal moves no node, so what is remembered outlives it)."""
+    places, reasons = inventory.memory.placement(placement, lambda: _eligible_places(placement, inventory))
+    nodes = inventory.nodes
+    return [nodes[place] for place in places], reasons
 
 
-def _eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list[NodeImages], Counter]:
+def _eligible_places(placement: PodPlacement, inventory: Inventory) -> tuple[tuple[int, ...], Counter]:
     eligible, reasons = [], Counter()
-    for node in inventory.nodes:
+    for place, node in enumerate(inventory.nodes):
         # Traits unknown (a single-node snapshot): the pod may land there.
         reason = None if node.traits is None else unschedulable_reason(placement, node.traits)
         if reason is None:
-            eligible.append(node)
+            eligible.append(place)
         else:
             reasons[reason] += 1
-    return eligible, reasons
+    return tuple(eligible), reasons
 
 
 def decide(

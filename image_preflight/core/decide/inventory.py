@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, replace
 from typing import Protocol
@@ -104,13 +105,19 @@ class NodeImages:
             return False
         return self.observed_at is None or self.observed_at - CLOCK_SKEW_S <= now
 
+    def proving(self) -> tuple[float, float]:
+        """When the list proves anything, as current() tells: from the first time, before the second."""
+        if self.expires_at is None:
+            return -math.inf, math.inf
+        return (-math.inf if self.observed_at is None else self.observed_at - CLOCK_SKEW_S), self.expires_at
+
     def changes(self) -> tuple[float, ...]:
         """When a leased list starts and stops proving anything, as current() tells."""
-        if self.expires_at is None:
-            return ()
-        if self.observed_at is None:
-            return (self.expires_at,)
-        return (self.observed_at - CLOCK_SKEW_S, self.expires_at)
+        return tuple(t for t in self.proving() if math.isfinite(t))
+
+    def renews(self, earlier: NodeImages) -> bool:
+        """Whether this list is `earlier` with only its lease moved (its agent's Lease renewed it)."""
+        return self == earlier or replace(self, observed_at=earlier.observed_at, expires_at=earlier.expires_at) == earlier
 
     def lacks_sandbox(self, now: float | None) -> str | None:
         """The sandbox image this node's runtime lacks while its list is current; a stale report
@@ -137,6 +144,14 @@ class NodeImages:
         if not self.complete or (is_image_id(key) and not self.ids):
             return False
         return self.current(now)
+
+
+def overriding(old: NodeImages | None, node: NodeImages) -> NodeImages:
+    """`node`'s list in the place of `old`'s (the runtime's complete list over node status' capped
+    one), keeping `old`'s scheduling traits when it carries none of its own."""
+    if old is not None and node.traits is None:
+        return replace(node, traits=old.traits)
+    return node
 
 
 class Inventory:
@@ -185,11 +200,33 @@ class Inventory:
         """
         by_name = dict(self._by_name)
         for node in overrides:
-            old = by_name.get(node.node)
-            if old is not None and node.traits is None:
-                node = replace(node, traits=old.traits)
-            by_name[node.node] = node
+            by_name[node.node] = overriding(by_name.get(node.node), node)
         return Inventory(tuple(by_name.values()), self.runtime_classes)
+
+    def updated(self, changed: Mapping[str, NodeImages | None]) -> Inventory:
+        """This inventory with each named node's list in its place (None: the node is gone).
+
+        What it remembers carries over when the lists changed only by their leases (the agents'
+        Leases renew them once a renewal period each): forgotten, every renewal would cost the
+        next decisions a look at every node again.
+        """
+        by_name = dict(self._by_name)
+        renewed: list[tuple[NodeImages, NodeImages]] | None = []
+        for name, node in changed.items():
+            old = by_name.pop(name, None) if node is None else by_name.get(name)
+            if node is not None:
+                by_name[name] = node
+            if old is node:
+                continue
+            if renewed is not None and old is not None and node is not None and node.renews(old):
+                renewed.append((old, node))
+            else:
+                renewed = None
+        inventory = Inventory(tuple(by_name.values()), self.runtime_classes)
+        if renewed is not None:
+            inventory.memory = self.memory.renewed(((old.proving(), new.proving()) for old, new in renewed),
+                                                   inventory.memory.changes)
+        return inventory
 
     def with_runtime_classes(self, runtime_classes: Mapping[str, RuntimeClassScheduling]) -> Inventory:
         """This inventory with these RuntimeClasses added (a same-named one replaced)."""

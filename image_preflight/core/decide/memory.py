@@ -3,8 +3,9 @@
 Rollout Jobs differ in names, env and commands, rarely in what decides. Each Inventory holds one
 Memory (a new inventory starts empty) of two kinds:
 
-- placements: the nodes a placement may land on. Rollout Jobs share one placement, so the
-  scheduler filters run once per placement and inventory instead of once per request.
+- placements: the nodes a placement may land on, by their places among the inventory's nodes.
+  Rollout Jobs share one placement, so the scheduler filters run once per placement and inventory
+  instead of once per request.
 - decisions: whole decisions by what decides them. A decision reads only a pod spec's deciding
   fields (workloads.deciding_fields: names, images and pull policies, the scheduling fields); the
   key is exactly those, so two specs with one key get one decision. What it reads of the nodes (lists, traits, a
@@ -12,6 +13,9 @@ Memory (a new inventory starts empty) of two kinds:
   in the inventory starts or stops proving anything (its lease ends; a list observed ahead of the
   clock comes due), or is asked about before the last such time it saw, since the clock alone
   can change a verdict (a list's images and its sandbox report alike).
+
+A renewal of some lists' leases (Inventory.updated) keeps both, each decision for as long as it
+still holds (Memory.renewed); any other change starts a new memory.
 
 Each kind is cleared whole when full: cheap, and a working set that fits stays remembered.
 Parsing an image reference has its own process-wide cache (references.CACHE_SIZE): it depends on
@@ -74,6 +78,33 @@ class Memory:
             self.decisions.clear()
         self.decisions[key] = (decision, *self.window(now))
         return decision
+
+    def renewed(self, leases: Iterable[tuple[tuple[float, float], tuple[float, float]]],
+                changes: tuple[float, ...]) -> Memory:
+        """The decisions still true once some node lists had their leases renewed, and nothing else
+        changed: `leases` gives, for each such list, when it proved anything before and after
+        (NodeImages.proving), and `changes` the new inventory's times.
+
+        Within a remembered decision's window each list either proved something throughout or
+        nothing throughout. One that did, and still does, leaves the decision true wherever both
+        leases agree, so its window shrinks to the new lease; one that did not may prove something
+        now, so the decision is forgotten. Placements stay: a renewal changes no node's traits, and
+        moves none from its place among the inventory's nodes.
+        """
+        memory = Memory()
+        memory.changes = changes
+        memory.placements = dict(self.placements)
+        leases = list(leases)
+        for key, (decision, start, end) in self.decisions.items():
+            timeless = key[2]  # decided with no clock: the leases never counted
+            for (was_from, was_until), (now_from, now_until) in () if timeless else leases:
+                if not was_from <= start < was_until:
+                    break
+                start, end = max(start, now_from), min(end, now_until)
+            else:
+                if start < end:
+                    memory.decisions[key] = (decision, start, end)
+        return memory
 
     def window(self, now: float | None) -> tuple[float, float]:
         """The times around `now` between which no node list starts or stops proving anything, so a
