@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -295,43 +296,65 @@ def node_lists(nodes: Sequence[Mapping], published: Sequence[Mapping], caps: Map
             found.append(Finding(PROBLEM, f"a NodeImages object cannot be read: {exc}"))
             continue
         runtime[listed.node] = listed
-    complete: list[tuple[str, int]] = []  # (node, names) of each node whose agent's list proves all
     for node in nodes:
         name = (node.get("metadata") or {}).get("name", "?")
         agent = runtime.get(name)
         if agent is not None and agent.conclusive(now):
-            complete.append((name, len(agent.refs)))
+            count = len(agent.refs)
+            found.append(Finding(OK, f"node {name}: complete list from the node agent ({count:,} "
+                                     f"name{'' if count == 1 else 's'})"))
         else:
             found.append(_node_list(node, name, agent, caps.get(name), max_images, now))
         missing = agent.lacks_sandbox(now) if agent is not None else None
         if missing is not None:
             found.append(sandbox_image(name, missing))
-    return _complete_lists(complete) + found
+    return found
 
 
 # Beyond this many nodes with the same finding that needs nothing done (ok, skipped), doctor says
 # so in one line: a fleet's thousands of nodes would otherwise bury its problems. A node with
 # anything to fix always has a line of its own.
 NODES_LISTED = 20
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 
 
 def summarized(found: Sequence[Finding]) -> list[Finding]:
-    """`found` with each set of more than NODES_LISTED ok or skipped findings that read
-    the same but for their node's name as one line, where the first of them stood."""
-    groups: dict[tuple[str, str, str], list[str]] = {}
-    for finding in found:
-        if finding.status != PROBLEM and (node := _per_node(finding)) is not None:
-            groups.setdefault((finding.status, node[1], finding.fix), []).append(node[0])
+    """`found` with each set of more than NODES_LISTED ok or skipped findings that read the same
+    but for their node's name and their numbers as one line, where the first of them stood; a
+    number that differs among them is given as its range."""
+    keys = [_summary_key(finding) for finding in found]
+    groups: dict[tuple[str, str, str], list[Finding]] = {}
+    for finding, key in zip(found, keys):
+        if key is not None:
+            groups.setdefault(key, []).append(finding)
     out = []
-    for finding in found:
-        node = _per_node(finding) if finding.status != PROBLEM else None
-        names = groups.get((finding.status, node[1], finding.fix), []) if node is not None else []
-        if len(names) <= NODES_LISTED:
+    for finding, key in zip(found, keys):
+        same = groups[key] if key is not None else [finding]
+        if len(same) <= NODES_LISTED:
             out.append(finding)
-        elif node[0] == names[0]:
-            out.append(Finding(finding.status, f"{len(names):,} nodes: {node[1]}: {', '.join(names[:3])} and "
-                                               f"{len(names) - 3:,} more", finding.fix))
+        elif same[0] is finding:
+            out.append(_one_line(same))
     return out
+
+
+def _summary_key(finding: Finding) -> tuple[str, str, str] | None:
+    node = _per_node(finding) if finding.status != PROBLEM else None
+    return None if node is None else (finding.status, _NUMBER.sub("#", node[1]), finding.fix)
+
+
+def _one_line(same: Sequence[Finding]) -> Finding:
+    nodes = [_per_node(finding) or ("", "") for finding in same]
+    names, texts = [name for name, _ in nodes], [text for _, text in nodes]
+    ranges = [_range(values) for values in zip(*map(_NUMBER.findall, texts))]
+    between = _NUMBER.split(texts[0])
+    text = between[0] + "".join(number + after for number, after in zip(ranges, between[1:]))
+    return Finding(same[0].status, f"{len(names):,} nodes: {text}: {', '.join(names[:3])} and {len(names) - 3:,} more",
+                   same[0].fix)
+
+
+def _range(values: Sequence[str]) -> str:
+    numbers = sorted(set(values), key=lambda value: float(value.replace(",", "")))
+    return numbers[0] if len(numbers) == 1 else f"{numbers[0]}-{numbers[-1]}"
 
 
 def _per_node(finding: Finding) -> tuple[str, str] | None:
@@ -340,17 +363,6 @@ def _per_node(finding: Finding) -> tuple[str, str] | None:
         return None
     name, sep, rest = finding.text[len("node "):].partition(": ")
     return (name, rest) if sep and name and " " not in name else None
-
-
-def _complete_lists(complete: list[tuple[str, int]]) -> list[Finding]:
-    if len(complete) <= NODES_LISTED:
-        return [Finding(OK, f"node {name}: complete list from the node agent ({names} names)")
-                for name, names in complete]
-    low, high = min(names for _, names in complete), max(names for _, names in complete)
-    counts = f"{low:,}" if low == high else f"{low:,}-{high:,}"
-    shown = ", ".join(name for name, _ in complete[:3])
-    return [Finding(OK, f"{len(complete):,} nodes: complete lists from their node agents ({counts} names each): "
-                        f"{shown} and {len(complete) - 3:,} more")]
 
 
 # The label containerd's CRI plugin reads as "pinned", which the kubelet's image GC leaves alone.

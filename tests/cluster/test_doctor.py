@@ -695,18 +695,19 @@ def test_the_nodes_checked_are_the_agents_and_where_rollouts_land_not_a_tainted_
 
 
 def test_a_fleet_of_complete_lists_is_one_line_and_each_node_to_fix_keeps_its_own():
-    from image_preflight.doctor.findings import NODES_LISTED, node_lists
+    from image_preflight.doctor.findings import NODES_LISTED, node_lists, summarized
 
     many = NODES_LISTED + 5
     names = [f"cpu-{i:02d}" for i in range(many)]
     published = [_published(name, None) for name in names[:-1]]  # the last node's agent wrote nothing
-    lines = [f.line() for f in node_lists([_node(name) for name in names], published, {}, 50, now=1_000_000_010)]
-    assert lines[0] == (f"ok: {many - 1} nodes: complete lists from their node agents (1 names each): "
+    found = summarized(node_lists([_node(name) for name in names], published, {}, 50, now=1_000_000_010))
+    lines = [f.line() for f in found]
+    assert lines[0] == (f"ok: {many - 1} nodes: complete list from the node agent (1 name): "
                         f"cpu-00, cpu-01, cpu-02 and {many - 4} more"), lines
     assert len(lines) == 2 and lines[1].startswith(f"ok: node {names[-1]}: complete list in node status"), lines
     # Up to NODES_LISTED nodes, each has its line.
-    few = node_lists([_node(name) for name in names[:3]], published[:3], {}, 50, now=1_000_000_010)
-    assert [f.line() for f in few] == [f"ok: node {name}: complete list from the node agent (1 names)"
+    few = summarized(node_lists([_node(name) for name in names[:3]], published[:3], {}, 50, now=1_000_000_010))
+    assert [f.line() for f in few] == [f"ok: node {name}: complete list from the node agent (1 name)"
                                        for name in names[:3]]
 
 
@@ -717,8 +718,12 @@ def test_many_nodes_that_read_the_same_and_need_nothing_done_are_one_line_and_pr
     unread = [Finding(SKIPPED, f"node cpu-{i}: its kubelet's image GC settings (configz: HTTP 503)") for i in range(many)]
     broken = [Finding(PROBLEM, f"node cpu-{i}: image filesystem 90% used", "grow it") for i in range(many)]
     few = [Finding(OK, f"node gpu-{i}: holds none of the needed images") for i in range(NODES_LISTED)]
-    found = summarized([Finding(OK, "the webhook is configured"), *unread, *broken, *few])
+    counted = [Finding(OK, f"node big-{i}: complete list ({4_990 + i:,} names, 1 ID)") for i in range(many)]
+    found = summarized([Finding(OK, "the webhook is configured"), *unread, *broken, *few, *counted])
     assert found[:2] == [Finding(OK, "the webhook is configured"), Finding(
         SKIPPED, f"{many} nodes: its kubelet's image GC settings (configz: HTTP 503): cpu-0, cpu-1, cpu-2 and "
                  f"{many - 3} more")]
-    assert found[2:] == [*broken, *few]
+    assert found[2:-1] == [*broken, *few]
+    # Numbers that differ are given as their range; those all share, as they are.
+    assert found[-1] == Finding(OK, f"{many} nodes: complete list (4,990-5,010 names, 1 ID): big-0, big-1, big-2 "
+                                    f"and {many - 3} more")
