@@ -72,5 +72,6 @@ def renewal_watcher(api_client: kubernetes.client.ApiClient, sink: RenewalSink, 
         upsert=sink.upsert_renewal,
         delete=sink.delete_renewal,
         what="leases",
-        **{"absent_retry": ABSENT_RETRY_SECONDS, "absent_statuses": (403, 404), "page_size": NODE_PAGE, **options},
+        # A Lease is a few hundred bytes: pages of the default size (5,000 nodes' in 10 pages, not 1,000).
+        **{"absent_retry": ABSENT_RETRY_SECONDS, "absent_statuses": (403, 404), **options},
     )

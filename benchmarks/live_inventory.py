@@ -1,0 +1,105 @@
+"""What a change on one node costs `serve`'s inventory (webhook/live_inventory.py), at fleet sizes.
+
+    python benchmarks/live_inventory.py [--nodes 1000,5000] [--repeat 50]
+
+In one process, for each size: nodes with a status list and an agent's leased list each.
+1. Publishing one node's change (a label: Node status that a decision reads) against publishing
+   the whole inventory afresh, as a relist does and as every change did before (the baseline).
+2. The first decision after a renewal of a tenth of the nodes' Leases: on an image decided
+   before it (remembered through it), on a new image (the placement remembered), against the
+   same on an inventory with nothing remembered (the baseline).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from image_preflight.core.decide.decision import decide  # noqa: E402
+from image_preflight.core.decide.inventory import Inventory  # noqa: E402
+from image_preflight.core.sources.runtime_lists import AGENT_NAMESPACE, lease_object, runtime_object  # noqa: E402
+from image_preflight.webhook.live_inventory import RENEWALS_WITHIN_S, LiveInventory  # noqa: E402
+
+IMAGES = 50  # per node: what a change costs does not depend on a list's length
+LEASE_S = 300
+
+
+def node(name: str, label: str = "a") -> dict:
+    images = [{"names": [f"docker.io/library/swe-{i}:openai"], "sizeBytes": 1} for i in range(IMAGES)]
+    return {"metadata": {"name": name, "labels": {"pool": "cpu", "mark": label}}, "spec": {}, "status": {"images": images}}
+
+
+def listed(name: str, now: float) -> dict:
+    images = [{"id": f"sha256:{i:064x}", "repoTags": [f"docker.io/library/swe-{i}:openai"]} for i in range(IMAGES)]
+    return runtime_object(name, images, observed_at=now, lease_seconds=LEASE_S)
+
+
+def pod(image: str) -> dict:
+    return {"containers": [{"name": "rollout", "image": image, "imagePullPolicy": "IfNotPresent"}],
+            "nodeSelector": {"pool": "cpu"}}
+
+
+def ms(seconds: list[float]) -> float:
+    return statistics.median(seconds) * 1000
+
+
+def at_size(nodes: int, repeat: int) -> dict:
+    now = time.time()
+    names = [f"node-{n}" for n in range(nodes)]
+    live = LiveInventory(max_images=-1)
+    live.replace_nodes(node(name) for name in names)
+    live.replace_runtime_objects(listed(name, now) for name in names)
+    live.replace_renewals(())
+
+    full, one = [], []
+    for index in range(repeat):
+        start = time.perf_counter()
+        live.replace_runtime_classes(())  # publishes every node afresh
+        full.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        live.upsert_node(node(names[index], label=str(index)))
+        one.append(time.perf_counter() - start)
+
+    remembered, placed, fresh = [], [], []
+    for index in range(repeat):
+        decide(pod("docker.io/library/swe-1:openai"), live.current, now=time.time())
+        before = live.current
+        for name in names[index::10]:
+            live.upsert_renewal(lease_object(name, AGENT_NAMESPACE, renewed_at=time.time(), lease_seconds=LEASE_S))
+        while live.current is before:
+            time.sleep(RENEWALS_WITHIN_S / 10)
+        for image, samples in (("docker.io/library/swe-1:openai", remembered), (f"new-{index}:openai", placed)):
+            start = time.perf_counter()
+            decide(pod(image), live.current, now=time.time())
+            samples.append(time.perf_counter() - start)
+        bare = Inventory(live.current.nodes, live.current.runtime_classes)
+        start = time.perf_counter()
+        decide(pod(f"fresh-{index}:openai"), bare, now=time.time())
+        fresh.append(time.perf_counter() - start)
+    return {"nodes": nodes,
+            "publish_all_ms": ms(full), "publish_one_node_ms": ms(one), "one_to_all": ms(one) / ms(full),
+            "decision_nothing_remembered_ms": ms(fresh),
+            "decision_after_renewal_remembered_ms": ms(remembered),
+            "decision_after_renewal_new_image_ms": ms(placed),
+            "new_image_to_nothing_remembered": ms(placed) / ms(fresh)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", default="1000,5000", help="sizes, comma-separated (default 1000,5000)")
+    parser.add_argument("--repeat", type=int, default=50, help="samples of each figure (default 50)")
+    args = parser.parse_args()
+    for nodes in map(int, args.nodes.split(",")):
+        print(json.dumps({key: round(value, 4) if isinstance(value, float) else value
+                          for key, value in at_size(nodes, args.repeat).items()}), flush=True)
+
+
+if __name__ == "__main__":
+    main()
