@@ -721,7 +721,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             served = webhook.serve()
             served.start(timeout_s=SERVE_READY_DEADLINE_S)
             result["spans"] = {"baseline_nodes": first, "baseline": job_spans(
-                plane, receiver, widest, seconds=args.spans, rate=SPAN_RATE, label="small")}
+                plane, receiver, served, widest, seconds=args.spans, rate=SPAN_RATE, label="small")}
             served.stop()
             served = None
         for index in range(first):  # every list is written in round 1 below, as on a new cluster
@@ -817,7 +817,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                     "change_to_decision_s": change_to_decision(form, holders[0], sets, images, port, ca),
                 }
                 if args.spans:
-                    result["spans"]["fleet"] = job_spans(plane, receiver, widest, seconds=args.spans,
+                    result["spans"]["fleet"] = job_spans(plane, receiver, served, widest, seconds=args.spans,
                                                          rate=SPAN_RATE, label="fleet")
                 if args.commands:
                     result["commands"] = commands_at_size(plane, work, images, sets[0], served.port, rng)
@@ -1034,7 +1034,9 @@ def report(result: dict) -> str:
                          f"p50 / p99 {sp['webhook_p50_s'] * 1e3:.1f} / {sp['webhook_p99_s'] * 1e3:.1f} ms "
                          f"({sp['calls']} of {sp['judged_jobs']} judged Jobs); Create, judged "
                          f"{sp['create_judged_p50_s'] * 1e3:.1f} / {sp['create_judged_p99_s'] * 1e3:.1f} ms, unjudged "
-                         f"{sp['create_unjudged_p50_s'] * 1e3:.1f} / {sp['create_unjudged_p99_s'] * 1e3:.1f} ms")
+                         f"{sp['create_unjudged_p50_s'] * 1e3:.1f} / {sp['create_unjudged_p99_s'] * 1e3:.1f} ms; "
+                         f"serve's own answer (its /metrics) {(sp['serve_mean_s'] or 0) * 1e3:.2f} ms mean over "
+                         f"{sp['serve_answered']:g} reviews")
     for name, c in result.get("commands", {}).items():
         lines.append(f"{name} (admin kubeconfig, {DATASET_ROWS:,} rows for scan): {c['wall_s']:.1f} s, CPU "
                      f"{c['cpu_s']:.1f} s, peak RSS {c['peak_rss_mib']:,.0f} MiB, exit {c['exit']}: {c['last_line']}")

@@ -20,9 +20,11 @@ import os
 import signal
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from kubernetes import client as k8s
+from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.figures import hwm_mib, percentile
 from benchmarks.peer_setups import IMAGE_PREFLIGHT_WEBHOOK
@@ -73,12 +75,14 @@ def rollout_job(name: str, image: str) -> dict:
             "containers": [{"name": "rollout", "image": image, "imagePullPolicy": "IfNotPresent"}]}}}}
 
 
-def job_spans(plane: ControlPlane, receiver: SpanReceiver, images: list[str], *, seconds: float, rate: float,
-              label: str) -> dict:
+def job_spans(plane: ControlPlane, receiver: SpanReceiver, served: ServedWebhook, images: list[str], *,
+              seconds: float, rate: float, label: str) -> dict:
     """Jobs created with dryRun=All at `rate` a second for `seconds`, alternately in the judged and
-    the unjudged namespace, each with the next of `images`; the spans of this phase's requests."""
+    the unjudged namespace, each with the next of `images`; the spans of this phase's requests, and
+    the time `served` itself took to answer (its /metrics), to tell its part of a call from the rest."""
     batch = k8s.BatchV1Api(plane.core().api_client)
     since_ns = time.time_ns()
+    answered_before = answering(served)
     answers = {"admitted": 0, "denied": 0, "failed": 0}
     count = int(seconds * rate)
     start = time.monotonic()
@@ -92,6 +96,7 @@ def job_spans(plane: ControlPlane, receiver: SpanReceiver, images: list[str], *,
         except k8s.ApiException as exc:
             outcome = "denied" if "denied the request" in str(exc.body or "") else "failed"
         answers[outcome] += 1
+    answered = [after - before for after, before in zip(answering(served), answered_before)]
     time.sleep(EXPORT_S)
     fresh = [span for span in receiver.spans() if span.start_ns >= since_ns]
     calls = [span.seconds for span in fresh
@@ -106,7 +111,19 @@ def job_spans(plane: ControlPlane, receiver: SpanReceiver, images: list[str], *,
             "create_judged_p50_s": percentile(creates[JUDGED_NAMESPACE], 0.5),
             "create_judged_p99_s": percentile(creates[JUDGED_NAMESPACE], 0.99),
             "create_unjudged_p50_s": percentile(creates[UNJUDGED_NAMESPACE], 0.5),
-            "create_unjudged_p99_s": percentile(creates[UNJUDGED_NAMESPACE], 0.99)}
+            "create_unjudged_p99_s": percentile(creates[UNJUDGED_NAMESPACE], 0.99),
+            "serve_answered": answered[0], "serve_mean_s": answered[1] / answered[0] if answered[0] else None}
+
+
+def answering(served: ServedWebhook) -> tuple[float, float]:
+    """(reviews answered, seconds spent answering them) so far, from `served`'s /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{served.metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == "image_preflight_admission_duration_seconds":
+            found = {sample.name: sample.value for sample in family.samples}
+            return found[family.name + "_count"], found[family.name + "_sum"]
+    raise RuntimeError("serve's /metrics has no image_preflight_admission_duration_seconds")
 
 
 def timed_command(argv: list[str], log: Path, timeout_s: float = 1800.0) -> dict:
