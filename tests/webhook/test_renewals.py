@@ -6,16 +6,19 @@ and the decisions remembered stay where they still hold."""
 
 from __future__ import annotations
 
+import random
 import time
+from dataclasses import replace
 
 from image_preflight.core.sources.runtime_lists import AGENT_NAMESPACE, lease_object
 from image_preflight.webhook.live_inventory import RENEWALS_WITHIN_S, LiveInventory
 from image_preflight.core.decide.decision import decide
 from tests.builders.inventories import SWE, pod
-from tests.builders.nodes import OBSERVED, kube_node, runtime
+from tests.builders.nodes import OBSERVED, RUNTIME_IMAGES, kube_node, runtime, status_image
 
 NODES = [f"worker-{n}" for n in range(1, 4)]
 LEASE = 300
+TIMES = [OBSERVED + offset for offset in (10, 100, 280, 320)]  # in and around the leases below
 
 
 def renewal(node: str, at: float) -> dict:
@@ -68,3 +71,64 @@ def test_a_heartbeat_that_changes_nothing_a_decision_reads_keeps_the_inventory_a
     assert live.current is before
     live.upsert_node(kube_node("worker-1", taints=[{"key": "gpu", "effect": "NoSchedule"}]))
     assert live.current is not before and live.current.get("worker-1").traits != before.get("worker-1").traits
+
+
+def test_a_live_inventory_changed_one_node_at_a_time_is_the_one_published_afresh(monkeypatch):
+    """Nodes, their agents' lists and Leases come, change and go in a random order: after each,
+    serve's inventory, published one node at a time, holds what one published from all the same
+    objects at once holds, and decides alike."""
+    from image_preflight.webhook import live_inventory
+
+    monkeypatch.setattr(live_inventory, "RENEWALS_WITHIN_S", 0.001)
+    rng = random.Random(589)
+    names = [f"worker-{n}" for n in range(1, 6)]
+    world: dict[str, dict[str, dict]] = {"nodes": {}, "lists": {}, "leases": {}}
+    live = LiveInventory(max_images=-1)
+    live.replace_nodes(())
+    live.replace_runtime_objects(())
+    live.replace_renewals(())
+    specs = [pod(SWE), pod(SWE, nodeSelector={"pool": "a"}), pod("docker.io/library/python:3.11")]
+    for _ in range(600):
+        for now in TIMES:
+            for spec in specs:
+                decide(spec, live.current, now=now)  # remembered, and carried through a renewal
+        name, change = rng.choice(names), rng.randrange(6)
+        if change == 0:
+            node = kube_node(name, [status_image("docker.io/library/python", "3.11")] * rng.randint(0, 1),
+                             labels={"pool": rng.choice("ab")})
+            world["nodes"][name] = node
+            live.upsert_node(node)
+        elif change == 1:
+            world["nodes"].pop(name, None)
+            live.delete_node(name)
+        elif change == 2:
+            listed = runtime(name, images=RUNTIME_IMAGES[:rng.randint(1, 3)], observed_at=OBSERVED + rng.choice((-400, 0)))
+            world["lists"][name] = listed
+            live.upsert_runtime(listed)
+        elif change == 3:
+            world["lists"].pop(name, None)
+            live.delete_runtime(name)
+        elif change == 4:
+            lease = renewal(name, OBSERVED + rng.choice((-200, 50, 150)))
+            world["leases"][name] = lease
+            live.upsert_renewal(lease)
+        else:
+            world["leases"].pop(name, None)
+            live.delete_renewal(renewal(name, OBSERVED))
+        afresh = LiveInventory(max_images=-1)
+        afresh.replace_nodes(world["nodes"].values())
+        afresh.replace_runtime_objects(world["lists"].values())
+        afresh.replace_renewals(world["leases"].values())
+        deadline = time.monotonic() + 2.0
+        while _lists(live.current) != _lists(afresh.current):  # a renewal is published a moment later
+            assert time.monotonic() < deadline, (_lists(live.current), _lists(afresh.current))
+            time.sleep(0.002)
+        for now in TIMES:
+            for spec in specs:
+                assert decide(spec, live.current, now=now) == decide(spec, afresh.current, now=now)
+
+
+def _lists(inventory) -> dict:
+    """Each node's list, less the time a status list was read (that is when it was converted)."""
+    return {item.node: replace(item, observed_at=None) if item.expires_at is None else item
+            for item in inventory.nodes}
