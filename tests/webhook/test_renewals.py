@@ -88,33 +88,26 @@ def test_a_live_inventory_changed_one_node_at_a_time_is_the_one_published_afresh
     live.replace_runtime_objects(())
     live.replace_renewals(())
     specs = [pod(SWE), pod(SWE, nodeSelector={"pool": "a"}), pod("docker.io/library/python:3.11")]
+    changes = {  # what is in the cluster: how each kind is made, and how serve hears it came and went
+        "nodes": (lambda name: kube_node(name, [status_image("docker.io/library/python", "3.11")] * rng.randint(0, 1),
+                                         labels={"pool": rng.choice("ab")}), live.upsert_node, live.delete_node),
+        "lists": (lambda name: runtime(name, images=RUNTIME_IMAGES[:rng.randint(1, 3)],
+                                       observed_at=OBSERVED + rng.choice((-400, 0))),
+                  live.upsert_runtime, live.delete_runtime),
+        "leases": (lambda name: renewal(name, OBSERVED + rng.choice((-200, 50, 150))),
+                   live.upsert_renewal, lambda name: live.delete_renewal(renewal(name, OBSERVED))),
+    }
     for _ in range(600):
         for now in TIMES:
             for spec in specs:
                 decide(spec, live.current, now=now)  # remembered, and carried through a renewal
-        name, change = rng.choice(names), rng.randrange(6)
-        if change == 0:
-            node = kube_node(name, [status_image("docker.io/library/python", "3.11")] * rng.randint(0, 1),
-                             labels={"pool": rng.choice("ab")})
-            world["nodes"][name] = node
-            live.upsert_node(node)
-        elif change == 1:
-            world["nodes"].pop(name, None)
-            live.delete_node(name)
-        elif change == 2:
-            listed = runtime(name, images=RUNTIME_IMAGES[:rng.randint(1, 3)], observed_at=OBSERVED + rng.choice((-400, 0)))
-            world["lists"][name] = listed
-            live.upsert_runtime(listed)
-        elif change == 3:
-            world["lists"].pop(name, None)
-            live.delete_runtime(name)
-        elif change == 4:
-            lease = renewal(name, OBSERVED + rng.choice((-200, 50, 150)))
-            world["leases"][name] = lease
-            live.upsert_renewal(lease)
+        name, (kind, (made, upsert, delete)) = rng.choice(names), rng.choice(list(changes.items()))
+        if rng.random() < 0.5:
+            world[kind][name] = made(name)
+            upsert(world[kind][name])
         else:
-            world["leases"].pop(name, None)
-            live.delete_renewal(renewal(name, OBSERVED))
+            world[kind].pop(name, None)
+            delete(name)
         afresh = LiveInventory(max_images=-1)
         afresh.replace_nodes(world["nodes"].values())
         afresh.replace_runtime_objects(world["lists"].values())
