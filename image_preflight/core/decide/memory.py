@@ -95,7 +95,8 @@ class Memory:
         memory.changes = changes
         memory.placements = dict(self.placements)
         leases = list(leases)
-        for key, (decision, start, end) in self.decisions.items():
+        # A copy to walk: requests still decide on the inventory being replaced, adding to it.
+        for key, (decision, start, end) in list(self.decisions.items()):
             timeless = key[2]  # decided with no clock: the leases never counted
             for (was_from, was_until), (now_from, now_until) in () if timeless else leases:
                 if not was_from <= start < was_until:
