@@ -144,13 +144,19 @@ def holding_probabilities(count: int, per_node: int, exponent: float) -> np.ndar
 
 def draw_sets(nodes: int, per_node: int, probabilities: np.ndarray, rng: np.random.Generator) -> list[np.ndarray]:
     """Each node's catalogue indices: each image held with its probability, then trimmed at
-    random or filled by probability to exactly `per_node`."""
+    random or filled by probability to exactly `per_node`. An image of probability 1 (a fleet's
+    base images) is never trimmed while others can be: it is on every node."""
+    certain = probabilities >= 1.0
     sets = []
     for _ in range(nodes):
         held = rng.random(probabilities.size) < probabilities
         chosen = np.flatnonzero(held)
         if chosen.size > per_node:
-            chosen = rng.choice(chosen, per_node, replace=False)
+            kept, others = np.flatnonzero(certain & held), np.flatnonzero(~certain & held)
+            if kept.size >= per_node:
+                chosen = rng.choice(kept, per_node, replace=False)
+            else:
+                chosen = np.concatenate([kept, rng.choice(others, per_node - kept.size, replace=False)])
         elif chosen.size < per_node:
             rest = np.flatnonzero(~held)
             weights = probabilities[rest] / probabilities[rest].sum()
