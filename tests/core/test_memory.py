@@ -8,7 +8,7 @@ from tests.builders.inventories import NOW, SWE, inv, node, pod
 from image_preflight.core.decide.inventory import Inventory, NodeImages
 from image_preflight.core.sources.runtime_lists import renewed
 from image_preflight.core.decide import memory
-from image_preflight.core.decide.decision import decide, eligible_nodes
+from image_preflight.core.decide.decision import FOR_EVER, decide, eligible_nodes
 from image_preflight.core.decide.memory import Memory
 from image_preflight.core.decide.scheduling import PodPlacement
 
@@ -51,23 +51,49 @@ def test_decisions_are_forgotten_all_at_once_when_full():
     remembered = Memory()
     for index in range(memory.DECISIONS + 1):
         spec = {"containers": [{"name": "a", "image": f"img-{index}:1"}]}
-        remembered.decision(spec, "Pod", "all", NOW, lambda: index)
+        remembered.decision(spec, "Pod", "all", NOW, lambda: (index, FOR_EVER))
     assert len(remembered.decisions) == 1
     assert remembered.decision({"containers": [{"name": "a", "image": "img-0:1"}]}, "Pod", "all", NOW,
-                               lambda: "afresh") == "afresh"
+                               lambda: ("afresh", FOR_EVER)) == "afresh"
 
 
 def test_a_decision_holds_between_the_lease_ends_around_it():
-    remembered = Memory([NOW + 60, NOW - 10, NOW + 120])
-    assert remembered.window(NOW) == (NOW - 10, NOW + 60)
-    assert remembered.window(NOW + 60) == (NOW + 60, NOW + 120)  # a lease ending at `now` is over
-    assert remembered.window(NOW - 20) == (-math.inf, NOW - 10)
-    assert remembered.window(NOW + 500) == (NOW + 120, math.inf)
-    assert remembered.window(None) == (-math.inf, math.inf)
-    calls = []
+    # Proving from CLOCK_SKEW_S (60 s) before each observation to its lease's end:
+    # [NOW - 300, NOW + 60), [NOW - 130, NOW + 230), [NOW - 240, NOW + 120).
+    lists = [node(f"n{index}", observed_at=observed, expires_at=observed + 300)
+             for index, observed in enumerate((NOW - 240, NOW - 70, NOW - 180))]
+    assert memory.window(lists, NOW) == (NOW - 130, NOW + 60)
+    assert memory.window(lists, NOW + 60) == (NOW + 60, NOW + 120)  # a lease ending at `now` is over
+    assert memory.window(lists, NOW - 400) == (-math.inf, NOW - 300)
+    assert memory.window(lists, NOW + 500) == (NOW + 230, math.inf)
+    assert memory.window(lists, None) == memory.window([], NOW) == FOR_EVER
+    remembered, calls = Memory(), []
+
+    def decided(now):
+        calls.append(now)
+        return now, memory.window(lists, now)
+
     for now in (NOW, NOW + 59, NOW + 60, NOW - 11):
-        remembered.decision(SPEC, "Pod", "all", now, lambda: calls.append(now))
+        remembered.decision(SPEC, "Pod", "all", now, lambda: decided(now))
     assert calls == [NOW, NOW + 60, NOW - 11]
+
+
+def test_a_decision_holds_as_long_as_the_clocks_of_the_lists_it_read():
+    """Only the lists without a checked image (and those reporting a missing sandbox image) were
+    read at `now`: at 5,000 nodes, some lease ends every few tenths of a second."""
+    holders = [node(f"h{index}", SWE, observed_at=NOW - index, expires_at=NOW - index + 300) for index in range(50)]
+    lacking = node("lacking", observed_at=NOW - 100, expires_at=NOW + 200)
+    everywhere = inv(*holders)
+    decide(SPEC, everywhere, now=NOW)
+    assert [entry[1:] for entry in everywhere.decisions.values()] == [FOR_EVER]
+    assert decide(SPEC, everywhere, now=NOW + 10_000) is decide(SPEC, everywhere, now=NOW)
+    somewhere = inv(*holders, lacking)
+    assert decide(SPEC, somewhere, now=NOW).outcome == "deny"
+    assert [entry[1:] for entry in somewhere.decisions.values()] == [(NOW - 160, NOW + 200)]
+    halted = inv(*holders, replace(holders[0], node="halted", sandbox_missing="pause:3.10"))
+    assert decide(SPEC, halted, now=NOW).outcome == "deny"
+    assert [entry[1:] for entry in halted.decisions.values()] == [(NOW - 60, NOW + 300)]
+    assert decide(SPEC, halted, now=NOW + 300).outcome == "allow"  # its report ran out with its lease
 
 
 def test_eligible_nodes_come_from_the_inventorys_memory():
@@ -82,8 +108,9 @@ def test_eligible_nodes_come_from_the_inventorys_memory():
 
 
 def test_what_a_renewal_leaves_remembered_decides_as_a_fresh_inventory_would():
-    """Inventory.updated carries decisions through renewals (Memory.renewed): at any time, asked
-    anything, the carried memory answers as a fresh inventory of the renewed lists decides."""
+    """A remembered decision holds only while the clocks it read do (memory.window), and
+    Inventory.updated carries decisions through renewals (Memory.renewed): at any time, asked
+    anything, the remembered answer is what a fresh inventory of the same lists decides."""
     rng = random.Random(589)
     specs = [pod(SWE), pod("other:1"), pod(SWE, "other:1"), pod(SWE, nodeSelector={"pool": "cpu"})]
     times = [NOW + offset for offset in (-400, -90, -30, 0, 30, 59, 60, 90, 200, 299, 300, 301, 650, 1000)]
@@ -92,7 +119,8 @@ def test_what_a_renewal_leaves_remembered_decides_as_a_fresh_inventory_would():
         carried = Inventory(lists)
         for _ in range(rng.randint(0, 3)):  # what the old inventory was asked, at times of its own
             for spec in specs:
-                decide(spec, carried, now=rng.choice(times))
+                now = rng.choice(times)
+                assert decide(spec, carried, now=now) == decide(spec, Inventory(lists), now=now), (lists, now)
         for _ in range(rng.randint(1, 3)):
             chosen = rng.sample(lists, rng.randint(1, len(lists)))
             renewed = {item.node: _renewed(rng, item) for item in chosen}
@@ -108,7 +136,13 @@ def test_a_renewal_keeps_what_is_remembered_and_any_other_change_forgets_it():
     first = inv(listed, node("n2"))
     decide(SPEC, first, now=NOW)
     renewed = first.updated({"n1": replace(listed, observed_at=NOW + 5, expires_at=NOW + 305)})
-    assert list(renewed.decisions.values())[0][1:] == (NOW - 55, NOW + 290)  # where both leases run
+    assert list(renewed.decisions.values())[0][1:] == FOR_EVER  # n1 holds the image: its clock was not read
+    lacked = first.updated({"n2": node("n2", observed_at=NOW - 10, expires_at=NOW + 290)})
+    assert list(lacked.decisions.values())[0][1:] == (NOW - 70, NOW + 290)  # n2's clock, read, now leased
+    leased = inv(listed, node("n2", observed_at=NOW - 10, expires_at=NOW + 290))
+    decide(SPEC, leased, now=NOW)
+    again = leased.updated({"n2": node("n2", observed_at=NOW + 5, expires_at=NOW + 305)})
+    assert list(again.decisions.values())[0][1:] == (NOW - 55, NOW + 290)  # where both of n2's leases run
     assert renewed.get("n1").expires_at == NOW + 305 and len(renewed) == 2
     for change in ({"n1": replace(listed, complete=False)}, {"n2": None}, {"n3": node("n3")}):
         assert first.updated(change).decisions == {}

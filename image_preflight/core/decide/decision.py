@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -9,6 +10,7 @@ from enum import StrEnum
 
 from image_preflight.core.decide.references import InvalidReference
 from image_preflight.core.decide.inventory import Inventory, NodeImages, image_key
+from image_preflight.core.decide.memory import window
 from image_preflight.core.decide.runtime_classes import RuntimeClassConflict, with_runtime_class
 from image_preflight.core.decide.scheduling import PodPlacement, as_daemon, unschedulable_reason
 from image_preflight.core.decide.workloads import ContainerImage, container_images
@@ -53,6 +55,7 @@ PRESENT, MISSING, UNKNOWN, NOT_CHECKED, INVALID = ImageStatus
 ALLOW, DENY, NO_ELIGIBLE_NODE = Verdict.ALLOW, Verdict.DENY, Verdict.NO_ELIGIBLE_NODE  # and Verdict.UNKNOWN
 REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE = Requirement
 REQUIREMENTS = tuple(Requirement)
+FOR_EVER = (-math.inf, math.inf)  # when a decision that read no clock holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +127,9 @@ def decide(
     return inventory.memory.decision(spec, kind, require, now, lambda: _decide(spec, inventory, require, now, kind))
 
 
-def _decide(spec: Mapping, inventory: Inventory, require: str, now: float | None, kind: str) -> Decision:
+def _decide(spec: Mapping, inventory: Inventory, require: str, now: float | None,
+            kind: str) -> tuple[Decision, tuple[float, float]]:
+    """The decision, and when it holds (memory.window)."""
     placement = PodPlacement.from_pod_spec(spec, admitted=True)  # as_admitted
     if kind == "DaemonSet":
         placement = as_daemon(placement)
@@ -135,12 +140,12 @@ def _decide(spec: Mapping, inventory: Inventory, require: str, now: float | None
             # Absent from a live view: the apiserver forbids the pod (or our view lags); absent from
             # a snapshot: it may not list RuntimeClasses. Either way placement is not known.
             reason = f"RuntimeClass {placement.runtime_class!r} is not in the inventory"
-            return _unplaced(images, reason, len(inventory), Verdict.UNKNOWN)
+            return _unplaced(images, reason, len(inventory), Verdict.UNKNOWN), FOR_EVER
         try:
             placement = with_runtime_class(placement, runtime_class)
         except RuntimeClassConflict as exc:
-            return _unplaced(images, f"pod rejected: {exc}", len(inventory), NO_ELIGIBLE_NODE)
-    return decide_images(images, placement, inventory, require=require, now=now)
+            return _unplaced(images, f"pod rejected: {exc}", len(inventory), NO_ELIGIBLE_NODE), FOR_EVER
+    return _decide_images(images, placement, inventory, require, now)
 
 
 def _unplaced(images: Sequence[ContainerImage], reason: str, nodes: int, outcome: Verdict) -> Decision:
@@ -164,23 +169,33 @@ def decide_images(
     such a node counts as lacking every checked image, and under REQUIRE_ALL it denies the pod even
     when every image is Always (the pod may land there and wait in ContainerCreating); under
     REQUIRE_ANY and REQUIRE_ONE_NODE it denies only when no eligible node can start the pod."""
+    return _decide_images(images, placement, inventory, require, now)[0]
+
+
+def _decide_images(images: Sequence[ContainerImage], placement: PodPlacement, inventory: Inventory, require: str,
+                   now: float | None) -> tuple[Decision, tuple[float, float]]:
+    """decide_images, and when its decision holds: the clock was read only on the eligible nodes
+    that report a missing sandbox image and on those without a checked image (_verdict)."""
     if require not in REQUIREMENTS:
         raise ValueError(f"require: {require!r} is not one of {', '.join(REQUIREMENTS)}")
     nodes, reasons = eligible_nodes(placement, inventory)
-    blocked = tuple((n.node, image) for n in nodes if (image := n.lacks_sandbox(now)) is not None)
+    reporting = [n for n in nodes if n.sandbox_missing is not None]
+    blocked = tuple((n.node, image) for n in reporting if (image := n.lacks_sandbox(now)) is not None)
     halted = frozenset(node for node, _ in blocked)
     per_image = REQUIRE_ALL if require == REQUIRE_ONE_NODE else require
     verdicts = tuple(_verdict(image, nodes, per_image, now, halted) for image in images)
     if require == REQUIRE_ONE_NODE:
         verdicts = _on_one_node(verdicts, [n.node for n in nodes if n.node not in halted])
     stranded = bool(blocked) if require == REQUIRE_ALL else bool(nodes) and len(blocked) == len(nodes)
-    return Decision(
+    decision = Decision(
         _outcome(verdicts, bool(nodes), stranded),
         verdicts,
         tuple(n.node for n in nodes),
         tuple(sorted(reasons.items())),
         sandbox_missing=blocked,
     )
+    lacking = {name for v in verdicts for name in (*v.missing_on, *v.unknown_on)}
+    return decision, window((*reporting, *map(inventory.get, lacking)), now)
 
 
 def _verdict(image: ContainerImage, nodes: list[NodeImages], require: str, now: float | None,

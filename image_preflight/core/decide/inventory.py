@@ -111,10 +111,6 @@ class NodeImages:
             return -math.inf, math.inf
         return (-math.inf if self.observed_at is None else self.observed_at - CLOCK_SKEW_S), self.expires_at
 
-    def changes(self) -> tuple[float, ...]:
-        """When a leased list starts and stops proving anything, as current() tells."""
-        return tuple(t for t in self.proving() if math.isfinite(t))
-
     def renews(self, earlier: NodeImages) -> bool:
         """Whether this list is `earlier` with only its lease moved (its agent's Lease renewed it)."""
         return self == earlier or replace(self, observed_at=earlier.observed_at, expires_at=earlier.expires_at) == earlier
@@ -158,7 +154,7 @@ class Inventory:
     """The nodes and what they hold, and the RuntimeClasses pods may name; read-only once made.
 
     `memory` is what decisions about this inventory remember (image_preflight.core.decide.memory):
-    made with the inventory from its nodes' lease times, it starts empty for every new inventory,
+    it starts empty for every new inventory (a renewal's carries what still holds, see updated),
     so nothing remembered outlives the view it was decided on.
     """
 
@@ -171,7 +167,7 @@ class Inventory:
         # The cluster's RuntimeClasses by name; a pod naming one not here is undecidable.
         self.runtime_classes: Mapping[str, RuntimeClassScheduling] = dict(runtime_classes or {})
         self._by_name: Mapping[str, NodeImages] = {n.node: n for n in self.nodes}
-        self.memory = Memory(t for n in self.nodes for t in n.changes())
+        self.memory = Memory()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Inventory):
@@ -224,8 +220,7 @@ class Inventory:
                 renewed = None
         inventory = Inventory(tuple(by_name.values()), self.runtime_classes)
         if renewed is not None:
-            inventory.memory = self.memory.renewed(((old.proving(), new.proving()) for old, new in renewed),
-                                                   inventory.memory.changes)
+            inventory.memory = self.memory.renewed((old.proving(), new.proving()) for old, new in renewed)
         return inventory
 
     def with_runtime_classes(self, runtime_classes: Mapping[str, RuntimeClassScheduling]) -> Inventory:

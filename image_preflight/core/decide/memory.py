@@ -9,10 +9,12 @@ Memory (a new inventory starts empty) of two kinds:
 - decisions: whole decisions by what decides them. A decision reads only a pod spec's deciding
   fields (workloads.deciding_fields: names, images and pull policies, the scheduling fields); the
   key is exactly those, so two specs with one key get one decision. What it reads of the nodes (lists, traits, a
-  missing sandbox image) is the inventory's, and an entry lasts until the next time a node list
-  in the inventory starts or stops proving anything (its lease ends; a list observed ahead of the
-  clock comes due), or is asked about before the last such time it saw, since the clock alone
-  can change a verdict (a list's images and its sandbox report alike).
+  missing sandbox image) is the inventory's, and an entry lasts while the clock reads the same on
+  every list it consulted: until one of those starts or stops proving anything (its lease ends; a
+  list observed ahead of the clock comes due), or it is asked about before such a time it saw
+  (window). A decision that found the images on every node it may land on read no clock and lasts
+  as long as the inventory: at 5,000 nodes some lease ends every few tenths of a second, so a
+  window taken over every list would keep nothing.
 
 A renewal of some lists' leases (Inventory.updated) keeps both, each decision for as long as it
 still holds (Memory.renewed); any other change starts a new memory.
@@ -24,13 +26,15 @@ the text alone, never on an inventory.
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from image_preflight.core.decide.scheduling import PodPlacement
 from image_preflight.core.decide.workloads import deciding_fields
+
+if TYPE_CHECKING:  # inventory.py holds a Memory in each Inventory
+    from image_preflight.core.decide.inventory import NodeImages
 
 PLACEMENTS = 1024  # distinct placements remembered per inventory
 PLACEMENT_CHARACTERS = 4096  # ... each of at most this many characters: they stay under ~8 MiB
@@ -43,12 +47,11 @@ T = TypeVar("T")
 class Memory:
     """One inventory's remembered placements and decisions."""
 
-    __slots__ = ("placements", "decisions", "changes")
+    __slots__ = ("placements", "decisions")
 
-    def __init__(self, changes: Iterable[float] = ()) -> None:
+    def __init__(self) -> None:
         self.placements: dict = {}  # placement -> what find() gave
         self.decisions: dict = {}  # key_of() -> (decision, start, end): holds for now in [start, end)
-        self.changes = tuple(sorted(changes))  # when a node list starts or stops proving anything
 
     def placement(self, placement: PodPlacement, find: Callable[[], T]) -> T:
         """What find() gives for `placement`, found once per placement; a freak placement (more
@@ -62,59 +65,67 @@ class Memory:
                 self.placements[placement] = found
         return found
 
-    def decision(self, spec: Mapping, kind: str, require: str, now: float | None, decide: Callable[[], T]) -> T:
-        """What decide() gives for `spec`, remembered while it holds (see the module's doc)."""
+    def decision(self, spec: Mapping, kind: str, require: str, now: float | None,
+                 decide: Callable[[], tuple[T, tuple[float, float]]]) -> T:
+        """What decide() gives for `spec`, remembered while it holds: decide() returns it with the
+        times between which it holds (window)."""
         try:
             key = key_of(spec, kind, require, now is None)
         except (TypeError, ValueError, RecursionError):  # too deep to write out: decide it afresh
             key = None
         if key is None:
-            return decide()
+            return decide()[0]
         found = self.decisions.get(key)
         if found is not None and (now is None or found[1] <= now < found[2]):
             return found[0]
-        decision = decide()
+        decision, (start, end) = decide()
         if len(self.decisions) >= DECISIONS:
             self.decisions.clear()
-        self.decisions[key] = (decision, *self.window(now))
+        self.decisions[key] = (decision, start, end)
         return decision
 
-    def renewed(self, leases: Iterable[tuple[tuple[float, float], tuple[float, float]]],
-                changes: tuple[float, ...]) -> Memory:
+    def renewed(self, leases: Iterable[tuple[tuple[float, float], tuple[float, float]]]) -> Memory:
         """The decisions still true once some node lists had their leases renewed, and nothing else
         changed: `leases` gives, for each such list, when it proved anything before and after
-        (NodeImages.proving), and `changes` the new inventory's times.
+        (NodeImages.proving).
 
-        Within a remembered decision's window each list either proved something throughout or
-        nothing throughout. One that did, and still does, leaves the decision true wherever both
-        leases agree, so its window shrinks to the new lease; one that did not may prove something
-        now, so the decision is forgotten. Placements stay: a renewal changes no node's traits, and
-        moves none from its place among the inventory's nodes.
+        A remembered decision's window lies inside a list's time proving, or before or after it,
+        when the decision read that list's clock (window). Inside: the decision stays true wherever
+        both leases agree, so its window shrinks to the new lease. Before or after: the list proved
+        nothing and may prove something now, so the decision is forgotten. Across its start or end:
+        the decision never read that clock, and the renewal leaves it as it was. Placements stay: a
+        renewal changes no node's traits, and moves none from its place among the inventory's nodes.
         """
         memory = Memory()
-        memory.changes = changes
         memory.placements = dict(self.placements)
         leases = list(leases)
         # A copy to walk: requests still decide on the inventory being replaced, adding to it.
         for key, (decision, start, end) in list(self.decisions.items()):
-            timeless = key[2]  # decided with no clock: the leases never counted
-            for (was_from, was_until), (now_from, now_until) in () if timeless else leases:
-                if not was_from <= start < was_until:
+            for (was_from, was_until), (now_from, now_until) in leases:
+                if was_from <= start and end <= was_until:
+                    start, end = max(start, now_from), min(end, now_until)
+                elif end <= was_from or was_until <= start:
                     break
-                start, end = max(start, now_from), min(end, now_until)
             else:
                 if start < end:
                     memory.decisions[key] = (decision, start, end)
         return memory
 
-    def window(self, now: float | None) -> tuple[float, float]:
-        """The times around `now` between which no node list starts or stops proving anything, so a
-        decision made at `now` holds for any time in [start, end)."""
-        if now is None:
-            return -math.inf, math.inf
-        changes = self.changes
-        index = bisect.bisect_right(changes, now)
-        return (changes[index - 1] if index else -math.inf), (changes[index] if index < len(changes) else math.inf)
+
+def window(nodes: Iterable[NodeImages], now: float | None) -> tuple[float, float]:
+    """The times around `now` in which each of `nodes` proves something throughout or nothing
+    throughout (NodeImages.current), so a decision made at `now` that read only their clocks
+    holds for any time in [start, end). No clock (None): for ever."""
+    start, end = -math.inf, math.inf
+    if now is None:
+        return start, end
+    for node in nodes:
+        for change in node.proving():
+            if change <= now:
+                start = max(start, change)
+            else:
+                end = min(end, change)
+    return start, end
 
 
 def _characters(placement: PodPlacement) -> int:
