@@ -82,7 +82,7 @@ def job_spans(plane: ControlPlane, receiver: SpanReceiver, served: ServedWebhook
     the time `served` itself took to answer (its /metrics), to tell its part of a call from the rest."""
     batch = k8s.BatchV1Api(plane.core().api_client)
     since_ns = time.time_ns()
-    answered_before = answering(served)
+    answered_before, published_before = answering(served), publications(served)
     answers = {"admitted": 0, "denied": 0, "failed": 0}
     count = int(seconds * rate)
     start = time.monotonic()
@@ -97,6 +97,7 @@ def job_spans(plane: ControlPlane, receiver: SpanReceiver, served: ServedWebhook
             outcome = "denied" if "denied the request" in str(exc.body or "") else "failed"
         answers[outcome] += 1
     answered = [after - before for after, before in zip(answering(served), answered_before)]
+    published = {by: count - published_before.get(by, 0) for by, count in publications(served).items()}
     time.sleep(EXPORT_S)
     fresh = [span for span in receiver.spans() if span.start_ns >= since_ns]
     calls = [span.seconds for span in fresh
@@ -112,18 +113,32 @@ def job_spans(plane: ControlPlane, receiver: SpanReceiver, served: ServedWebhook
             "create_judged_p99_s": percentile(creates[JUDGED_NAMESPACE], 0.99),
             "create_unjudged_p50_s": percentile(creates[UNJUDGED_NAMESPACE], 0.5),
             "create_unjudged_p99_s": percentile(creates[UNJUDGED_NAMESPACE], 0.99),
-            "serve_answered": answered[0], "serve_mean_s": answered[1] / answered[0] if answered[0] else None}
+            "serve_answered": answered[0], "serve_mean_s": answered[1] / answered[0] if answered[0] else None,
+            "serve_publications": {by: count for by, count in published.items() if count}}
+
+
+def served_metrics(served: ServedWebhook, name: str) -> list:
+    """The samples of family `name` on `served`'s /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{served.metrics_port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == name:
+            return family.samples
+    raise RuntimeError(f"serve's /metrics has no {name}")
 
 
 def answering(served: ServedWebhook) -> tuple[float, float]:
     """(reviews answered, seconds spent answering them) so far, from `served`'s /metrics."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{served.metrics_port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    for family in text_string_to_metric_families(text):
-        if family.name == "image_preflight_admission_duration_seconds":
-            found = {sample.name: sample.value for sample in family.samples}
-            return found[family.name + "_count"], found[family.name + "_sum"]
-    raise RuntimeError("serve's /metrics has no image_preflight_admission_duration_seconds")
+    name = "image_preflight_admission_duration_seconds"
+    found = {sample.name: sample.value for sample in served_metrics(served, name)}
+    return found[name + "_count"], found[name + "_sum"]
+
+
+def publications(served: ServedWebhook) -> dict[str, float]:
+    """The inventories `served` published so far, by what changed (each but a lease's forgets the
+    decisions remembered)."""
+    return {sample.labels["by"]: sample.value for sample in served_metrics(served, "image_preflight_inventory_publications")
+            if sample.name.endswith("_total")}
 
 
 def timed_command(argv: list[str], log: Path, timeout_s: float = 1800.0) -> dict:

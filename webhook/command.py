@@ -145,6 +145,7 @@ def _inventory_source(config: ServeConfig, metrics: Metrics, stops: Stops):
     api = config.cluster.client()
     stops.add(api.close)  # last: after every watch on it
     live = LiveInventory(max_images=config.max_images)
+    metrics.track_publications(lambda: live.published)
 
     def restarted(reason: str) -> None:
         metrics.watch_restarts.labels(reason).inc()

@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 
 # How late a Lease's renewal may reach the decisions: renewals within it are published together.
 RENEWALS_WITHIN_S = 0.5
+PUBLISHED_BY = ("relist", "node", "node-images", "lease", "runtime-class")
 
 
 class LiveInventory:
@@ -46,6 +47,10 @@ class LiveInventory:
         self._warned_over_cap: set[str] = set()
         self.current = Inventory()
         self.synced = threading.Event()
+        # Inventories published, by what changed (PUBLISHED_BY): each but a Lease's renewal starts
+        # a new memory of decisions (image_preflight.core.decide.memory), so these say how often
+        # reviews decide afresh.
+        self.published = dict.fromkeys(PUBLISHED_BY, 0)
 
     # NodeSink
     def replace_nodes(self, nodes: Iterable[dict]) -> None:
@@ -56,7 +61,7 @@ class LiveInventory:
                 converted[item.node] = item
         with self._lock:
             self._status = converted
-            self._publish()
+            self._publish("relist")
         self.synced.set()
 
     def upsert_node(self, node: dict) -> None:
@@ -71,17 +76,17 @@ class LiveInventory:
             if held is not None and replace(item, observed_at=held.observed_at) == held:
                 return
             self._status[item.node] = item
-            self._publish_nodes((item.node,))
+            self._publish_nodes((item.node,), "node")
 
     def delete_node(self, name: str) -> None:
         with self._lock:
             self._status.pop(name, None)
-            self._publish_nodes((name,))
+            self._publish_nodes((name,), "node")
 
     def replace_runtime(self, lists: list[NodeImages]) -> None:
         with self._lock:
             self._runtime = {item.node: item for item in lists}
-            self._publish()
+            self._publish("relist")
 
     # The NodeImages objects the node agents publish (see image_preflight.kube.node_images).
     def replace_runtime_objects(self, objects: Iterable[dict]) -> None:
@@ -97,19 +102,19 @@ class LiveInventory:
                 self._runtime.pop(node, None)
             else:
                 self._runtime[node] = item
-            self._publish_nodes((node,))
+            self._publish_nodes((node,), "node-images")
 
     def delete_runtime(self, node: str) -> None:
         with self._lock:
             self._runtime.pop(node, None)
-            self._publish_nodes((node,))
+            self._publish_nodes((node,), "node-images")
 
     # The node agents' Leases (see image_preflight.kube.node_images.renewal_watcher).
     def replace_renewals(self, leases: Iterable[dict]) -> None:
         found = renewals(leases)
         with self._lock:
             self._renewals = found
-            self._publish()
+            self._publish("relist")
 
     def upsert_renewal(self, lease: dict) -> None:
         found = renewal(lease)
@@ -117,7 +122,7 @@ class LiveInventory:
             if found is None:
                 name = _name(lease)
                 self._renewals.pop(name, None)  # type: ignore[arg-type]
-                self._publish_nodes((name,))
+                self._publish_nodes((name,), "lease")
                 return
             self._renewals[found[0]] = found[1]
             self._renewed.add(found[0])
@@ -134,20 +139,20 @@ class LiveInventory:
         with self._lock:
             self._renewal_flush = None
             renewed, self._renewed = self._renewed, set()
-            self._publish_nodes(renewed)
+            self._publish_nodes(renewed, "lease")
 
     def delete_renewal(self, lease: dict) -> None:
         with self._lock:
             name = _name(lease)
             self._renewals.pop(name, None)  # type: ignore[arg-type]
-            self._publish_nodes((name,))
+            self._publish_nodes((name,), "lease")
 
     # RuntimeClasses (see image_preflight.kube.runtime_classes).
     def replace_runtime_classes(self, objects: Iterable[dict]) -> None:
         classes = dict(filter(None, map(self._convert_class, objects)))
         with self._lock:
             self._classes = classes
-            self._publish()
+            self._publish("runtime-class")
 
     def upsert_runtime_class(self, obj: dict) -> None:
         converted = self._convert_class(obj)
@@ -157,12 +162,12 @@ class LiveInventory:
                 self._classes.pop(_name(obj), None)
             else:
                 self._classes[converted[0]] = converted[1]
-            self._publish()
+            self._publish("runtime-class")
 
     def delete_runtime_class(self, obj: dict) -> None:
         with self._lock:
             self._classes.pop(_name(obj), None)
-            self._publish()
+            self._publish("runtime-class")
 
     def _convert_class(self, obj: dict) -> tuple[str, RuntimeClassScheduling] | None:
         try:
@@ -191,13 +196,15 @@ class LiveInventory:
                         item.node, item.over_cap)
         return item
 
-    def _publish(self) -> None:
+    def _publish(self, by: str) -> None:
         """Publish every node afresh (a relist, a RuntimeClass changed)."""
         self.current = Inventory(filter(None, map(self._node, self._status)), dict(self._classes))
+        self.published[by] += 1
 
-    def _publish_nodes(self, names: Iterable[str | None]) -> None:
+    def _publish_nodes(self, names: Iterable[str | None], by: str) -> None:
         """Publish these nodes' lists alone: a change on one node costs one node's work."""
         self.current = self.current.updated({name: self._node(name) for name in names if name is not None})
+        self.published[by] += 1
 
     def _node(self, name: str) -> NodeImages | None:
         """What decisions read of `name`: its status list, or its agent's list as last renewed.

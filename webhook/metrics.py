@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
@@ -49,6 +49,22 @@ class Answered:
                                     "Time to answer an admission review", buckets=buckets, sum_value=self.seconds)
 
 
+class Published:
+    """The inventories a live view published, by what changed (LiveInventory.published), read at
+    scrape time: how often reviews start deciding afresh."""
+
+    def __init__(self, counts: Callable[[], Mapping[str, int]]) -> None:
+        self.counts = counts
+
+    def collect(self):
+        published = CounterMetricFamily("image_preflight_inventory_publications",
+                                        "Inventories published, by what changed (a lease renewal keeps what "
+                                        "decisions remember; any other change starts afresh)", labels=["by"])
+        for by, count in dict(self.counts()).items():
+            published.add_metric([by], count)
+        yield published
+
+
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -80,6 +96,9 @@ class Metrics:
         key = (kind if kind in _KINDS else "other", operation if operation in _OPERATIONS else "other",
                decision if decision in DECISIONS else "other")
         self.answered.add(key, seconds)
+
+    def track_publications(self, counts: Callable[[], Mapping[str, int]]) -> None:
+        self.registry.register(Published(counts))
 
     def track_inventory(self, current: Callable[[], Inventory], age: Callable[[], float]) -> None:
         """Read the inventory's figures at scrape time instead of on every change."""

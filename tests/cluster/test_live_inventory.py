@@ -5,6 +5,7 @@ at a chosen moment; and `serve --kubeconfig` while its lists fail."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
@@ -319,6 +320,9 @@ def test_serve_with_a_kubeconfig_denies_once_the_node_appears(fake_apiserver, st
     text = webhook.metrics()
     assert "image_preflight_inventory_nodes 2.0" in text
     assert "image_preflight_inventory_truncated_nodes 0.0" in text
+    # Each node came as a change of its own, after the first lists.
+    node_changes = re.search(r'^image_preflight_inventory_publications_total\{by="node"\} (\S+)$', text, re.M)
+    assert node_changes and float(node_changes.group(1)) >= 2, text
 
 
 def test_serve_with_a_kubeconfig_is_unready_while_the_watch_is_silent(

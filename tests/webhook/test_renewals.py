@@ -45,6 +45,7 @@ def test_renewals_that_come_together_are_published_once_and_within_their_bound()
         assert time.monotonic() - start < RENEWALS_WITHIN_S + 1.0, "the renewals never reached the decisions"
         time.sleep(0.01)
     published = live.current
+    assert live.published == {"relist": 3, "node": 0, "node-images": 0, "lease": 1, "runtime-class": 0}
     assert [published.get(node).expires_at for node in NODES] == [OBSERVED + 100 + LEASE] * len(NODES)
     assert published.decisions.keys() == before.decisions.keys() != set()  # still true: kept
     time.sleep(RENEWALS_WITHIN_S + 0.2)
@@ -68,9 +69,10 @@ def test_a_heartbeat_that_changes_nothing_a_decision_reads_keeps_the_inventory_a
     live = live_inventory()
     before = live.current
     live.upsert_node(kube_node("worker-1"))  # the kubelet's status update: only its time is new
-    assert live.current is before
+    assert live.current is before and live.published["node"] == 0
     live.upsert_node(kube_node("worker-1", taints=[{"key": "gpu", "effect": "NoSchedule"}]))
     assert live.current is not before and live.current.get("worker-1").traits != before.get("worker-1").traits
+    assert live.published["node"] == 1  # what serve's /metrics counts (image_preflight_inventory_publications)
 
 
 def test_a_live_inventory_changed_one_node_at_a_time_is_the_one_published_afresh(monkeypatch):
