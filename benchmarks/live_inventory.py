@@ -8,6 +8,9 @@ In one process, for each size: nodes with a status list and an agent's leased li
 2. The first decision after a renewal of a tenth of the nodes' Leases: on an image decided
    before it (remembered through it), on a new image (the placement remembered), against the
    same on an inventory with nothing remembered (the baseline).
+3. With the fleet's lists instead (LISTED images each, hashed, as `--list-form hashes` publishes
+   them): a decision on an image every node holds, remembered (the baseline) and new (the
+   placement remembered), which looks at every node's list.
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ sys.path.insert(0, str(ROOT))
 
 from image_preflight.core.decide.decision import decide  # noqa: E402
 from image_preflight.core.decide.inventory import Inventory  # noqa: E402
-from image_preflight.core.sources.runtime_lists import AGENT_NAMESPACE, lease_object, runtime_object  # noqa: E402
+from image_preflight.core.sources.runtime_lists import (AGENT_NAMESPACE, image_hashes, lease_object,  # noqa: E402
+                                                        runtime_object)
 from image_preflight.webhook.live_inventory import RENEWALS_WITHIN_S, LiveInventory  # noqa: E402
 
 IMAGES = 50  # per node: what a change costs does not depend on a list's length
+LISTED = 5000  # per node in part 3: a hashed list's lookup deepens with its length
 LEASE_S = 300
 
 
@@ -83,12 +88,28 @@ def at_size(nodes: int, repeat: int) -> dict:
         start = time.perf_counter()
         decide(pod(f"fresh-{index}:openai"), bare, now=time.time())
         fresh.append(time.perf_counter() - start)
+    fleet_images = [{"id": f"sha256:{i:064x}", "repoTags": [f"docker.io/library/swe-{i}:openai"]} for i in range(LISTED)]
+    hashes = image_hashes(fleet_images)
+    fleet = LiveInventory(max_images=-1)
+    fleet.replace_nodes(node(name) for name in names)
+    fleet.replace_runtime_objects(runtime_object(name, fleet_images, observed_at=now, lease_seconds=LEASE_S, hashes=hashes)
+                                  for name in names)
+    fleet.replace_renewals(())
+    decide(pod("docker.io/library/swe-0:openai"), fleet.current, now=time.time())  # the placement
+    known, new = [], []
+    for index in range(repeat):
+        for image, samples in (("docker.io/library/swe-0:openai", known), (f"docker.io/library/swe-{index + 1}:openai", new)):
+            start = time.perf_counter()
+            decide(pod(image), fleet.current, now=time.time())
+            samples.append(time.perf_counter() - start)
     return {"nodes": nodes,
             "publish_all_ms": ms(full), "publish_one_node_ms": ms(one), "one_to_all": ms(one) / ms(full),
             "decision_nothing_remembered_ms": ms(fresh),
             "decision_after_renewal_remembered_ms": ms(remembered),
             "decision_after_renewal_new_image_ms": ms(placed),
-            "new_image_to_nothing_remembered": ms(placed) / ms(fresh)}
+            "new_image_to_nothing_remembered": ms(placed) / ms(fresh),
+            "hashed_lists_decision_remembered_ms": ms(known), "hashed_lists_decision_new_image_ms": ms(new),
+            "new_to_remembered": ms(new) / ms(known)}
 
 
 def main() -> None:

@@ -128,7 +128,7 @@ class LiveInventory:
             self._renewed.add(found[0])
             # A renewal comes a third of a lease before the list would run out, and every node's
             # comes once a renewal period: publishing each at once would build a new inventory per
-            # renewal (3 ms each at 5,000 nodes). They are published together, at most
+            # renewal (0.5 ms each at 5,000 nodes). They are published together, at most
             # RENEWALS_WITHIN_S late, and each changes only its own node's list.
             if self._renewal_flush is None:
                 self._renewal_flush = threading.Timer(RENEWALS_WITHIN_S, self._flush_renewals)

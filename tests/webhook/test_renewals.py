@@ -1,6 +1,6 @@
 """The Leases that renew hashed lists, as serve's LiveInventory takes them: every renewal counts,
 and those that come together are published together, at most RENEWALS_WITHIN_S late. Published
-one by one, each would build a new inventory (3 ms at 5,000 nodes), and every node renews once a
+one by one, each would build a new inventory (0.5 ms at 5,000 nodes), and every node renews once a
 renewal period (docs/benchmarks.md, "At fleet scale"). A renewal changes one node's list alone,
 and the decisions remembered stay where they still hold."""
 
