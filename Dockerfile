@@ -1,5 +1,5 @@
 # The image of the webhook (`image-preflight serve`), the watchdog and the node agent, as a non-root user.
-#   docker build -t image-preflight:0.1.0 .
+#   docker build -t image-preflight:0.2.0 .
 # BASE is pinned by digest (python:3.11.14-slim-bookworm's image index, every platform); an
 # argument, so that a build with no registry can start from a local image of the same Python.
 ARG BASE=python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d

@@ -13,7 +13,7 @@ from image_preflight.agent.config import AgentConfig
 from image_preflight.agent.cri import ImageClient
 from image_preflight.agent.inventory import image_dicts, node_images_object, sandbox_image_report
 from image_preflight.core.sources.runtime_lists import image_hashes
-from image_preflight.service import Stops, configure_logging, until_signalled
+from image_preflight.service import Stops, configure_logging, serve_metrics, until_signalled
 
 log = logging.getLogger("image_preflight.agent")
 
@@ -61,6 +61,7 @@ def _publish(images: ImageClient, config: AgentConfig) -> int:
 
 def _start(images: ImageClient, config: AgentConfig, stops: Stops):
     """The agent, and the needed list's watch when pinning (what stops them, in `stops`)."""
+    from image_preflight.agent.metrics import Metrics
     from image_preflight.agent.publisher import Agent, Publisher
 
     api = config.cluster.client()
@@ -82,7 +83,8 @@ def _start(images: ImageClient, config: AgentConfig, stops: Stops):
                                            hashed=config.list_form == "hashes",
                                            namespace=config.cluster.agent_namespace), interval=config.interval,
                   exit_after_failures=config.exit_after_failures, image_events=config.image_events,
-                  sandbox_image=config.sandbox_image, pinner=pinner)
+                  sandbox_image=config.sandbox_image, pinner=pinner, metrics=Metrics())
+    serve_metrics(config.metrics_port, config.host, agent.metrics.registry, stops)
     if pinner is not None:
         from image_preflight.kube.needed_images import needed_images_watcher
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from image_preflight.commands import add_command, log_level_flag
+from image_preflight.commands import add_command, log_level_flag, metrics_port_flag
 from image_preflight.core.image_gc.pinning import DEFAULT_MAX_BYTES
 from image_preflight.core.sources.runtime_lists import MAX_LEASE_S, RENEW_WHEN_REMAINING
 from image_preflight.errors import UsageError
-from image_preflight.flags import COUNT, IMAGE, NAME, SECONDS, Flags, Kind, between, flag, flags_of
+from image_preflight.flags import ADDRESS, COUNT, IMAGE, NAME, SECONDS, Flags, Kind, between, flag, flags_of
 from image_preflight.kube.client import ClusterFlags
 
 DEFAULT_CRI_ENDPOINT = "unix:///run/containerd/containerd.sock"  # containerd's own default
@@ -88,6 +88,9 @@ class AgentConfig(Flags):
                                     help="with --publish, start only while the ValidatingAdmissionPolicy of this "
                                     "name and the binding of the same name (validationActions Deny) exist: the "
                                     "chart's keeps each agent to its own node's NodeImages")
+    # Off unless asked: an agent may share the node's network (k3s, hostNetwork) with other servers.
+    metrics_port: int = metrics_port_flag(default=0)
+    host: str = flag("0.0.0.0", kind=ADDRESS, help="where /metrics listens, with --publish")
     log_level: str = log_level_flag()
 
     def check(self) -> None:

@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from image_preflight.agent.cri import CRIError, ImageClient
 from image_preflight.agent.events import ImageEvents
+from image_preflight.agent.metrics import Metrics
 from image_preflight.agent.inventory import (
     RENEW,
     fingerprint,
@@ -102,8 +103,9 @@ class Publisher:
                 if value is not None and field not in kept:
                     self.pruned.add(field)
                     log.warning("%s: the apiserver dropped spec.%s, so its NodeImages CRD predates it;"
-                                " kubectl apply --server-side -f deploy/chart/image-preflight/crds/nodeimages.yaml (Helm never"
-                                " upgrades a CRD) and restart the agent to report it", self.where, field)
+                                " upgrade the chart (or kubectl apply --server-side -f"
+                                " deploy/chart/image-preflight/files/nodeimages-crd.yaml) and restart the agent to"
+                                " report it", self.where, field)
             return reason
         raise PublishError(f"{self.where}: still conflicting after {_MAX_ATTEMPTS} attempts")
 
@@ -207,6 +209,7 @@ class Agent:
         image_events: bool = True,
         sandbox_image: str | None = None,
         pinner: Pinner | None = None,
+        metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.images = images
@@ -221,6 +224,7 @@ class Agent:
         self.sandbox_image: str | None = None  # as the runtime last named it
         self._sandbox_present: bool | None = None  # None: not known yet
         self.pinner = pinner  # None: pinning is not enabled
+        self.metrics = metrics or Metrics()
         self._wake = threading.Event()  # set by image events, the needed list and stop
         self.events: ImageEvents | None = None
 
@@ -236,9 +240,12 @@ class Agent:
         except CRIError as exc:
             # The object is left alone: it goes stale, which readers take as "unknown".
             self.cri_failures += 1
+            self.metrics.cycles.labels("runtime_unavailable").inc()
             log.warning("%s (failure %d in a row; %s left as it is)", exc, self.cri_failures,
                         self.publisher.where)
             return False
+        self.metrics.images.set(len(images))
+        self.metrics.listed_at.set(self.clock())
         if self.cri_failures:
             log.info("CRI endpoint %s answers again", self.images.endpoint)
             self.cri_failures = 0
@@ -247,11 +254,15 @@ class Agent:
         try:
             reason = self.publisher.publish(images, now=self.clock(), digest=digest, spec=spec)
         except PublishError as exc:
+            self.metrics.cycles.labels("publish_failed").inc()
             log.warning("%s; retrying in %g s", exc, self.interval)
             return True
         except Exception as exc:  # noqa: BLE001 - connection errors of any kind: retry next cycle
+            self.metrics.cycles.labels("publish_failed").inc()
             log.warning("%s: %s; retrying in %g s", self.publisher.where, describe_error(exc), self.interval)
             return True
+        self.metrics.cycles.labels("listed").inc()
+        self.metrics.published_at.set(self.clock())
         if reason is not None:
             log.info("%s: written (%s, %d images)", self.publisher.where, reason, len(images))
         return True

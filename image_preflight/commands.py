@@ -18,8 +18,8 @@ def log_level_flag() -> Any:
     return flag("info", choices=LOG_LEVELS, help="the least severe log records written")
 
 
-def metrics_port_flag() -> Any:
-    return flag(9090, kind=PORT, help="plain-HTTP /metrics (0: off)")
+def metrics_port_flag(default: int = 9090) -> Any:
+    return flag(default, kind=PORT, help="plain-HTTP /metrics (0: off)")
 
 
 # pkg/kubelet/apis/config/validation/validation.go, ValidateKubeletConfiguration: nodeStatusMaxImages

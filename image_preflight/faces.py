@@ -15,9 +15,9 @@ EXTRA_MODULES = {
     "kube": ("kubernetes",),
     "webhook": ("kubernetes", "fastapi", "starlette", "uvicorn", "uvloop", "orjson", "cryptography",
                 "prometheus_client"),
-    "agent": ("kubernetes", "grpc", "google.protobuf"),
+    "agent": ("kubernetes", "grpc", "google.protobuf", "prometheus_client"),
     "watchdog": ("kubernetes", "prometheus_client"),
-    "test": ("pytest", "httpx", "kubernetes_validate", "jsonschema", "kr8s", "opentelemetry.proto"),
+    "test": ("pytest", "build", "httpx", "kubernetes_validate", "jsonschema", "kr8s", "opentelemetry.proto"),
 }
 
 

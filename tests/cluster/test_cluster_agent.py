@@ -12,12 +12,14 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from image_preflight.agent.cri import ImageClient
 from image_preflight.agent.inventory import CHANGED, CREATE, RENEW
@@ -29,6 +31,7 @@ from image_preflight.core.sources.runtime_lists import (
 from tests.agent_cluster import ALPHA, DEADLINE_S, SWE, import_images, wait_listed, wait_until
 from tests.agent_helpers import SAMPLE, T0, names_by_id, printed
 from tests.containerd import SANDBOX_IMAGE as SANDBOX, remove, tag
+from tests.controlplane.cluster import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -147,6 +150,9 @@ def test_agent_gives_up_when_the_runtime_stays_away(tmp_path, cluster):
         assert agent.run(threading.Event()) is False
     assert agent.cri_failures == 3
     assert cluster.stored() is None and cluster.requests() == []
+    counted = agent.metrics.registry.get_sample_value
+    assert [counted("image_preflight_agent_cycles_total", {"outcome": outcome})
+            for outcome in ("listed", "runtime_unavailable", "publish_failed")] == [0, 3, 0]
 
 
 def test_publish_command_exits_1_when_the_runtime_stays_away(tmp_path, cluster, capsys):
@@ -161,12 +167,22 @@ def test_sigterm_stops_the_publishing_agent_cleanly(containerd, tmp_path, cluste
     wait_listed(containerd, 1)
     agent = subprocess.Popen(
         [sys.executable, "-m", "image_preflight", "agent", "--publish", "--cri-endpoint", containerd.endpoint,
-         "--kubeconfig", str(cluster.kubeconfig), "--interval", "0.2"],
+         "--kubeconfig", str(cluster.kubeconfig), "--interval", "0.2",
+         "--metrics-port", str(port := free_port()), "--host", "127.0.0.1"],
         cwd=ROOT, env={**os.environ, "NODE_NAME": cluster.node}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True,
     )
     try:
         wait_until(lambda: cluster.stored() or agent.poll() is not None, "the agent publishes")
+        # What the chart's probes and an alert on a silent node read.
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+            metrics = {(sample.name, sample.labels.get("outcome")): sample.value
+                       for family in text_string_to_metric_families(response.read().decode())
+                       for sample in family.samples}
+        assert metrics["image_preflight_agent_cycles_total", "listed"] >= 1
+        assert metrics["image_preflight_agent_cycles_total", "runtime_unavailable"] == 0
+        assert metrics["image_preflight_agent_images", None] == len(cluster.stored()["spec"]["images"])
+        assert metrics["image_preflight_agent_last_published_timestamp_seconds", None] > 0
         agent.send_signal(signal.SIGTERM)
         out, err = agent.communicate(timeout=DEADLINE_S)
     finally:

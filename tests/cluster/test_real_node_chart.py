@@ -45,6 +45,7 @@ from tests.node.installed import (
     served_serial,
 )
 from tests.node.real_node import NODE_NAME
+from tests.release import IMAGE, IMAGE_NAME, VERSION
 
 HELD = swe_smith_image("pandas-dev", "pandas", "95280573e1")
 ABSENT = swe_smith_image("getmoto", "moto", "694ce1f4a1")
@@ -164,7 +165,7 @@ def test_every_pod_runs_the_built_image_ready_as_its_non_root_user_on_a_read_onl
     assert faces == {"image-preflight": 2, "image-preflight-watchdog": 2, "image-preflight-agent": 1}, faces
     for pod in pods:
         assert pod.spec.node_name == NODE_NAME and ready(pod), pod.metadata.name
-        assert all(s.image == "docker.io/library/image-preflight:0.1.0" for s in pod.status.container_statuses)
+        assert all(s.image == IMAGE_NAME for s in pod.status.container_statuses)
         processes = container_processes(installed, pod)
         assert processes, pod.metadata.name
         for pid in processes:
@@ -222,7 +223,7 @@ def test_the_agent_pod_publishes_the_nodes_images_and_pins_the_needed_ones(insta
         found = published(installed) or {"spec": {"images": []}}
         return {tag for image in found["spec"]["images"] for tag in image.get("repoTags") or ()}
 
-    wait_for(lambda: {HELD, "docker.io/library/image-preflight:0.1.0"} <= names(),
+    wait_for(lambda: {HELD, IMAGE_NAME} <= names(),
              "the agent's NodeImages lists the node's images", timeout_s=90, interval_s=1)
     needed = set((installed.clone / "needed.txt").read_text().split())
     wait_for(lambda: (published(installed)["spec"].get("pinning") or {}).get("pinned") == len(needed),
@@ -371,7 +372,7 @@ def _secret(installation, name: str) -> dict:
 
 def test_helm_upgrade_to_a_new_tag_under_a_stream_fails_no_creation_and_keeps_the_certificates(failing_closed):
     held = failing_closed
-    held.node.ctr("images", "tag", "docker.io/library/image-preflight:0.1.0", "docker.io/library/image-preflight:0.1.1")
+    held.node.ctr("images", "tag", IMAGE_NAME, f"{IMAGE_NAME}-next")
     before = {p.metadata.name for p in held.webhook_pods()}
     certificates = (_secret(held, "image-preflight-ca"), _secret(held, "image-preflight-tls"))
     try:
@@ -379,7 +380,7 @@ def test_helm_upgrade_to_a_new_tag_under_a_stream_fails_no_creation_and_keeps_th
             creations.wait_count(20)
             start = time.monotonic()
             held.helm("upgrade", "image-preflight", "deploy/chart/image-preflight", "--reuse-values",
-                      "--set", "image.tag=0.1.1", "--wait")
+                      "--set", f"image.tag={VERSION}-next", "--wait")
             held.wait_rolled_out()
             wait_for(lambda: not before & {p.metadata.name for p in held.core.list_namespaced_pod(NAMESPACE).items},
                      "the old replicas gone", timeout_s=120, interval_s=0.5)
@@ -388,13 +389,13 @@ def test_helm_upgrade_to_a_new_tag_under_a_stream_fails_no_creation_and_keeps_th
             creations.wait_count(count + 20)
         assert not creations.failed, creations.failed[:5]
         assert not creations.unchecked, creations.unchecked[:5]
-        assert {p.spec.containers[0].image for p in held.webhook_pods()} == {"image-preflight:0.1.1"}
+        assert {p.spec.containers[0].image for p in held.webhook_pods()} == {f"{IMAGE}-next"}
         FIGURES["upgrade_creations"] = creations.total
         # No new CA and no new certificate on an upgrade: lookup read them back.
         assert (_secret(held, "image-preflight-ca"), _secret(held, "image-preflight-tls")) == certificates
     finally:
         held.helm("upgrade", "image-preflight", "deploy/chart/image-preflight", "--reuse-values",
-                  "--set", "image.tag=0.1.0", "--wait")  # the tag the later tests load again
+                  "--set", f"image.tag={VERSION}", "--wait")  # the tag the later tests load again
         held.wait_rolled_out()
 
 
@@ -475,9 +476,9 @@ def test_doctor_says_the_deployment_is_healthy(failing_closed):
 def test_doctor_names_a_replica_that_cannot_start_and_a_stale_ca_bundle(failing_closed):
     held = failing_closed
     namespace = held.namespace()
-    image = "docker.io/library/image-preflight:0.1.0"
+    image = IMAGE_NAME
     victim = held.webhook_pods()[0].metadata.name
-    held.node.remove_images(image, "docker.io/library/image-preflight:0.1.1")
+    held.node.remove_images(image, f"{IMAGE_NAME}-next")
     try:
         held.core.delete_namespaced_pod(victim, NAMESPACE)
         wait_for(lambda: len(held.webhook_pods()) == 2 and not all(ready(p) for p in held.webhook_pods()),
@@ -485,7 +486,7 @@ def test_doctor_names_a_replica_that_cannot_start_and_a_stale_ca_bundle(failing_
         wait_for(lambda: "1 of 2 replicas ready" in doctor(held, namespace)[1], "doctor names the replica",
                  timeout_s=60, interval_s=2)
         code, out = doctor(held, namespace)
-        assert code == 1 and "image-preflight:0.1.0" in out, out
+        assert code == 1 and IMAGE in out, out
     finally:
         held.sh("ctr -n k8s.io images import image-preflight.tar")
     for pod in held.webhook_pods():

@@ -37,7 +37,7 @@ from tests.agent_lightning import build_job_spec, example_row
 from tests.needs import unavailable
 from tests.builders.chart_objects import CERT_MANAGER, MONITORING, api_group
 from tests.builders.reviews import EXAMPLES
-from tests.chart import AGENT_NAMESPACE, CASES, CHART, NAMESPACE, SERVICE, case_file, helm_binary, template
+from tests.chart import AGENT_NAMESPACE, CASES, CHART, NAMESPACE, SERVICE, case_file, helm_binary, render, template
 
 ROOT = Path(__file__).resolve().parents[2]
 WEBHOOK = "validate.image-preflight.io"
@@ -860,6 +860,34 @@ def test_the_agents_values_become_its_flags_and_mount(monkeypatch):
     assert args.cri_endpoint == "unix://" + container["volumeMounts"][0]["mountPath"]
     assert pod["nodeSelector"] == {"node-role.kubernetes.io/rollouts": "true"}
     assert pod["priorityClassName"] == "system-node-critical"
+
+
+def test_the_crd_is_a_template_upgraded_with_the_release_and_kept_on_uninstall():
+    """As cert-manager's chart: crds.enabled renders it among the templates (so `helm upgrade`
+    applies its newer rules; crds/ is installed once), crds.keep marks it for Helm to leave."""
+    plain = yaml.safe_load((CHART / "files" / "nodeimages-crd.yaml").read_text(encoding="utf-8"))
+    assert not (CHART / "crds").exists()
+    crd = _one(render(hooks=False), "CustomResourceDefinition", plain["metadata"]["name"])
+    assert crd["spec"] == plain["spec"]
+    assert crd["metadata"]["annotations"] == {"helm.sh/resource-policy": "keep"}
+    assert crd["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    unkept = _one(_docs_with({"crds": {"keep": False}}), "CustomResourceDefinition", plain["metadata"]["name"])
+    assert "annotations" not in unkept["metadata"]
+    assert not [d for d in _docs_with({"crds": {"enabled": False}}) if d["kind"] == "CustomResourceDefinition"]
+
+
+def test_the_agent_is_probed_on_its_metrics_port_the_one_its_network_policy_opens(monkeypatch):
+    monkeypatch.setenv("NODE_NAME", "cpu-1")  # the DaemonSet's, from spec.nodeName
+    for values in ({}, {"agent": {"metricsPort": 9100}}):
+        documents = _docs_with(values)
+        (container,) = _one(documents, "DaemonSet", "image-preflight-agent")["spec"]["template"]["spec"]["containers"]
+        port = parse_config([*container["command"][1:], *container["args"]]).metrics_port
+        assert port == values.get("agent", {}).get("metricsPort", 9090)
+        assert container["ports"] == [{"name": "metrics", "containerPort": port, "protocol": "TCP"}]
+        for probe in ("readinessProbe", "livenessProbe"):
+            assert container[probe]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+        policy = _one(documents, "NetworkPolicy", "image-preflight-agent")
+        assert policy["spec"]["ingress"] == [{"ports": [{"port": "metrics", "protocol": "TCP"}]}]
 
 
 def test_the_node_restriction_policy_binds_the_agents_writes_to_their_nodes():

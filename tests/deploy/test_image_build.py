@@ -15,6 +15,7 @@ import pytest
 
 from image_preflight.agent import cri_pb2
 from tests.containerd import containerd2_binary, import_image, require_containerd
+from tests.release import IMAGE
 from tests.node.preflight_image import (
     BASE_NAME,
     NAME,
@@ -222,7 +223,7 @@ def test_ctr_import_names_the_image(preflight_image, runtime):
 
 
 def test_kubelet_finds_it_by_the_manifests_name(preflight_image, containerd):
-    """`image: image-preflight:0.1.0` with IfNotPresent: the kubelet asks CRI ImageStatus for the
+    """`image: image-preflight:<version>` with IfNotPresent: the kubelet asks CRI ImageStatus for the
     name as written, and the runtime normalizes it to the imported image."""
     import_image(containerd.endpoint, preflight_image.archive, unpack=False)
     with grpc.insecure_channel(containerd.endpoint) as channel:
@@ -235,7 +236,7 @@ def test_kubelet_finds_it_by_the_manifests_name(preflight_image, containerd):
         # The CRI plugin learns of an import from containerd's event stream, after `ctr` returns
         # (pkg/cri/server/events.go, handleEvent of an ImageCreate): the kubelet asks again too.
         deadline = time.monotonic() + 10
-        while not (found := image_status(cri_pb2.ImageSpec(image="image-preflight:0.1.0"), timeout=10).images):
+        while not (found := image_status(cri_pb2.ImageSpec(image=IMAGE), timeout=10).images):
             if time.monotonic() > deadline:
                 break
             time.sleep(0.05)

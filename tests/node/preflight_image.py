@@ -4,8 +4,8 @@ buildah (vfs storage and chroot isolation, both private to a work folder) builds
 inside `unshare --net`, a network namespace with only a loopback, down: the base is a local image
 made from the root filesystem tests/node/image_inputs debootstrapped (standing in for
 python:3.11-slim), and pip installs with no index from its wheelhouse, bind-mounted on /mnt. The
-image is pushed as an OCI archive whose index names it docker.io/library/image-preflight:0.1.0,
-the name `ctr -n k8s.io images import` gives it and a Pod's `image: image-preflight:0.1.0`
+image is pushed as an OCI archive whose index names it docker.io/library/image-preflight:<version>,
+the name `ctr -n k8s.io images import` gives it and a Pod's `image: image-preflight:<version>`
 normalizes to. Its containers run under runc as deploy/'s Pods run them: uid and gid 10001, a
 read-only root, no capabilities, an empty /tmp, a network namespace of their own.
 """
@@ -27,10 +27,11 @@ import pytest
 
 from tests.containerd import Containerd, ctr, import_image
 from tests.needs import record_figures, unavailable
+from tests.release import IMAGE_NAME, VERSION
 from tests.node.real_node import mounts_under
 
 REPO = Path(__file__).resolve().parents[2]
-NAME = "docker.io/library/image-preflight:0.1.0"  # what `image: image-preflight:0.1.0` normalizes to
+NAME = IMAGE_NAME  # what `image: image-preflight:<version>` normalizes to
 BASE_NAME = "localhost/image-preflight-base:bookworm"  # image_inputs' debootstrap suite
 # python:3.11-slim's own config; a root filesystem from debootstrap carries none.
 BASE_CONFIG = ("--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
@@ -176,7 +177,7 @@ def build_image(inputs: Path, workdir: Path) -> BuiltImage:
     build_seconds = time.monotonic() - bud_started
     image_id = (workdir / "iid").read_text().strip()
 
-    archive = workdir / "image-preflight-0.1.0.oci.tar"
+    archive = workdir / f"image-preflight-{VERSION}.oci.tar"
     archive.unlink(missing_ok=True)
     run_step([*buildah, "push", "-q", NAME, f"oci-archive:{archive}:{NAME}"], "buildah push", workdir)
     total_seconds = time.monotonic() - started

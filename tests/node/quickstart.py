@@ -25,17 +25,19 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.release import IMAGE, IMAGE_NAME
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "quickstart.md"
 AGL_EXAMPLE = Path("agent-lightning") / "examples" / "swe_smith"
 
 # Printed on the page, not run here; what the test does instead.
 SUBSTITUTED = {
-    "docker build -t image-preflight:0.1.0 .":
+    f"docker build -t {IMAGE} .":
         "no Docker engine and no registry here: tests/node/preflight_image.py builds the same Dockerfile "
         "with buildah --pull=never from local inputs, and the workspace holds its archive",
-    "docker save image-preflight:0.1.0 -o image-preflight.tar":
-        "the workspace holds that build's archive as image-preflight.tar, named docker.io/library/image-preflight:0.1.0",
+    f"docker save {IMAGE} -o image-preflight.tar":
+        f"the workspace holds that build's archive as image-preflight.tar, named {IMAGE_NAME}",
     "pip install '.[kube]'":
         "installing would reach PyPI: the test's own virtualenv has the kube extra",
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import pytest
 
 from image_preflight.cli import COMMANDS
 from image_preflight.faces import FACES
+from tests.release import VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 SUBCOMMANDS = tuple(COMMANDS)
@@ -58,16 +60,39 @@ def _pip_install(python: Path, *requirements: str | Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
+def dist(tmp_path_factory) -> Path:
+    """`python -m build` of the tree, as the README's Installing says: a wheel and an sdist."""
     # Built from a copy: setuptools' build/ folder would otherwise keep files the tree no longer has.
     source = tmp_path_factory.mktemp("source") / "image-preflight"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
         ".*", "build", "dist", "*.egg-info", "__pycache__", "tests", "benchmarks", "docs", "examples", "deploy"))
-    out = tmp_path_factory.mktemp("wheel")
+    out = tmp_path_factory.mktemp("dist")
     # Built in isolation, with the build backend pyproject.toml names, from the index.
-    _from_index(_run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", out, source, check=False))
-    (built,) = out.glob("image_preflight-*.whl")
+    _from_index(_run(sys.executable, "-m", "build", "--outdir", out, source, check=False))
+    return out
+
+
+@pytest.fixture(scope="module")
+def wheel(dist) -> Path:
+    (built,) = dist.glob(f"image_preflight-{VERSION}-py3-none-any.whl")
     return built
+
+
+def test_the_sdist_holds_the_package_and_builds_the_same_wheel(dist, wheel, tmp_path):
+    (sdist,) = dist.glob(f"image_preflight-{VERSION}.tar.gz")
+    rebuilt = tmp_path / "rebuilt"
+    _from_index(_run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", rebuilt, sdist, check=False))
+    (again,) = rebuilt.glob("image_preflight-*.whl")
+    assert sorted(zipfile.ZipFile(again).namelist()) == sorted(zipfile.ZipFile(wheel).namelist())
+
+
+def test_the_wheel_runs_the_readmes_scan_as_printed(base):
+    """The README's first command, with the wheel installed in place of the clone (`pip install .`)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    (printed,) = re.findall(r"^python3 -m venv \.venv && \.venv/bin/pip install -q \. && \.venv/bin/(image-preflight scan .*)$",
+                            readme, re.M)
+    done = _run(base.parent / "image-preflight", *shlex.split(printed)[1:], cwd=ROOT)
+    assert "missing image" in done.stdout and "wrote" not in done.stdout, done.stdout
 
 
 def _venv(folder: Path) -> Path:
