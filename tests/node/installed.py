@@ -26,7 +26,7 @@ from kubernetes.client.rest import ApiException
 from tests.agent_lightning import EXAMPLE, TEMPLATE
 from tests.chart import AGENT_NAMESPACE, NAMESPACE, RELEASE
 from tests.builders.stalls import ENFORCE_LABEL
-from tests.controlplane.cluster import ControlPlane, create_node, new_namespace, wait_for
+from tests.controlplane.cluster import NODEIMAGES_CRD, ControlPlane, create_node, new_namespace, wait_for
 from tests.needs import record_figures
 from tests.node import quickstart
 from tests.node.real_node import RealNode
@@ -221,7 +221,9 @@ def clean_slate(plane: ControlPlane) -> None:
         except ApiException as exc:
             if exc.status != 404:
                 raise
-    plane.kubectl("delete", "nodeimages", "--all", "--ignore-not-found", check=False)  # no CRD: none
+    # The CRD too, with every NodeImages object: as on a cluster new to the chart, whose install
+    # makes it. One applied without Helm (as tests.chart.apply does) is not Helm's to adopt.
+    plane.kubectl("delete", NODEIMAGES_CRD, "--ignore-not-found")
     wait_for(lambda: not chart_namespaces & {n.metadata.name for n in core.list_namespace().items},
              "the chart's namespaces deleted", timeout_s=120, interval_s=0.5)
 
