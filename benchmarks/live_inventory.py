@@ -9,8 +9,10 @@ In one process, for each size: nodes with a status list and an agent's leased li
    before it (remembered through it), on a new image (the placement remembered), against the
    same on an inventory with nothing remembered (the baseline).
 3. With the fleet's lists instead (LISTED images each, hashed, as `--list-form hashes` publishes
-   them): a decision on an image every node holds, remembered (the baseline) and new (the
-   placement remembered), which looks at every node's list.
+   them): a decision on an image every node holds, remembered and new (the placement
+   remembered), against a new one that asks every node's list as before the index of holders
+   (core/decide/holders.py; the baseline); and a new image no node holds, whose cost is a look at
+   every node that lacks it. Then what building that index takes.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from image_preflight.core.decide import holders  # noqa: E402
 from image_preflight.core.decide.decision import decide  # noqa: E402
 from image_preflight.core.decide.inventory import Inventory  # noqa: E402
 from image_preflight.core.sources.runtime_lists import (AGENT_NAMESPACE, image_hashes, lease_object,  # noqa: E402
@@ -85,6 +88,7 @@ def at_size(nodes: int, repeat: int) -> dict:
             decide(pod(image), live.current, now=time.time())
             samples.append(time.perf_counter() - start)
         bare = Inventory(live.current.nodes, live.current.runtime_classes)
+        bare.holder_index()  # built as serve builds it, on publishing
         start = time.perf_counter()
         decide(pod(f"fresh-{index}:openai"), bare, now=time.time())
         fresh.append(time.perf_counter() - start)
@@ -95,13 +99,28 @@ def at_size(nodes: int, repeat: int) -> dict:
     fleet.replace_runtime_objects(runtime_object(name, fleet_images, observed_at=now, lease_seconds=LEASE_S, hashes=hashes)
                                   for name in names)
     fleet.replace_renewals(())
-    decide(pod("docker.io/library/swe-0:openai"), fleet.current, now=time.time())  # the placement
-    known, new = [], []
+    indexed = fleet.current
+    asking = Inventory(indexed.nodes, indexed.runtime_classes)
+    decide(pod("docker.io/library/swe-0:openai"), indexed, now=time.time())  # the placement
+    known, new, asked, nowhere, build = [], [], [], [], []
     for index in range(repeat):
-        for image, samples in (("docker.io/library/swe-0:openai", known), (f"docker.io/library/swe-{index + 1}:openai", new)):
+        for image, samples in (("docker.io/library/swe-0:openai", known),
+                               (f"docker.io/library/swe-{index + 1}:openai", new),
+                               (f"docker.io/library/nowhere-{index}:openai", nowhere)):
             start = time.perf_counter()
-            decide(pod(image), fleet.current, now=time.time())
+            decide(pod(image), indexed, now=time.time())
             samples.append(time.perf_counter() - start)
+    indexed_from, holders.INDEXED_FROM = holders.INDEXED_FROM, 1 << 30  # `asking` builds none
+    decide(pod("docker.io/library/swe-0:openai"), asking, now=time.time())
+    for index in range(repeat):
+        start = time.perf_counter()
+        decide(pod(f"docker.io/library/swe-{index + 1}:openai"), asking, now=time.time())
+        asked.append(time.perf_counter() - start)
+    holders.INDEXED_FROM = indexed_from
+    for _ in range(max(3, repeat // 10)):
+        start = time.perf_counter()
+        holders.build(indexed.nodes)
+        build.append(time.perf_counter() - start)
     return {"nodes": nodes,
             "publish_all_ms": ms(full), "publish_one_node_ms": ms(one), "one_to_all": ms(one) / ms(full),
             "decision_nothing_remembered_ms": ms(fresh),
@@ -109,7 +128,8 @@ def at_size(nodes: int, repeat: int) -> dict:
             "decision_after_renewal_new_image_ms": ms(placed),
             "new_image_to_nothing_remembered": ms(placed) / ms(fresh),
             "hashed_lists_decision_remembered_ms": ms(known), "hashed_lists_decision_new_image_ms": ms(new),
-            "new_to_remembered": ms(new) / ms(known)}
+            "hashed_lists_decision_new_image_asking_every_list_ms": ms(asked), "new_to_asking": ms(new) / ms(asked),
+            "hashed_lists_decision_image_no_node_holds_ms": ms(nowhere), "hashed_lists_index_build_ms": ms(build)}
 
 
 def main() -> None:

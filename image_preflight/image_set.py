@@ -15,6 +15,8 @@ from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Set
 from dataclasses import replace
 
+import numpy as np
+
 from image_preflight.core.decide.inventory import Inventory, NodeImages
 from image_preflight.core.sources.image_hashes import ImageHashes, key_hash
 
@@ -58,6 +60,13 @@ class ImageSet(Set):
     def __iter__(self) -> Iterator[str]:
         return (_names[i] for i in self._members)
 
+    # Tokenized (image_preflight.core.decide.holders): a name's token is its place in the table.
+    def tokens(self) -> np.ndarray:
+        return np.frombuffer(self._members, dtype=np.uint32)
+
+    def token_of(self, key: str) -> int | None:
+        return _ids.get(key)
+
     def __hash__(self) -> int:
         return self._hash()
 
@@ -91,6 +100,13 @@ class HashSet:
 
     def __len__(self) -> int:
         return len(self._members)
+
+    # Tokenized (image_preflight.core.decide.holders): a key's token is its hash's place in the table.
+    def tokens(self) -> np.ndarray:
+        return np.frombuffer(self._members, dtype=np.uint32)
+
+    def token_of(self, key: str) -> int | None:
+        return _hash_ids.get(_hashed_key(key))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, HashSet) and self._members == other._members

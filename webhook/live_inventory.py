@@ -198,12 +198,14 @@ class LiveInventory:
 
     def _publish(self, by: str) -> None:
         """Publish every node afresh (a relist, a RuntimeClass changed)."""
-        self.current = Inventory(filter(None, map(self._node, self._status)), dict(self._classes))
-        self.published[by] += 1
+        self._swap(Inventory(filter(None, map(self._node, self._status)), dict(self._classes)), by)
 
     def _publish_nodes(self, names: Iterable[str | None], by: str) -> None:
         """Publish these nodes' lists alone: a change on one node costs one node's work."""
-        self.current = self.current.updated({name: self._node(name) for name in names if name is not None})
+        self._swap(self.current.updated({name: self._node(name) for name in names if name is not None}), by)
+
+    def _swap(self, inventory: Inventory, by: str) -> None:
+        self.current = _indexed(inventory)
         self.published[by] += 1
 
     def _node(self, name: str) -> NodeImages | None:
@@ -214,6 +216,13 @@ class LiveInventory:
             return None
         listed = self._runtime.get(name)
         return status if listed is None else overriding(status, renewed(listed, self._renewals.get(name)))
+
+
+def _indexed(inventory: Inventory) -> Inventory:
+    """`inventory` with its index of which nodes hold each name built (or rebuilt, once many lists
+    changed) by the thread that publishes it, rather than by the first review to need it."""
+    inventory.holder_index()
+    return inventory
 
 
 def _name(obj: object) -> str | None:
@@ -232,7 +241,7 @@ class FileInventory:
         self.synced = threading.Event()
         self._stamp = file_stamp(path)
         self._rejected: tuple | None = None  # (stamp, reason) of the last version refused, said once
-        self.current = load_inventory_file(path, max_images=max_images)  # bad file at start: fail loudly
+        self.current = _indexed(load_inventory_file(path, max_images=max_images))  # bad file at start: fail loudly
         self.synced.set()
         self._poller = Poller(self.reload_if_changed, interval=interval, name="inventory-file")
 
@@ -246,7 +255,7 @@ class FileInventory:
         if stamp[0] is None or stamp == self._stamp:
             return False
         try:
-            self.current = load_inventory_file(self.path, max_images=self.max_images)
+            self.current = _indexed(load_inventory_file(self.path, max_images=self.max_images))
         except InputError as exc:
             # Read again at every poll (a permission fixed changes no stamp), said once per version.
             if self._rejected != (stamp, str(exc)):

@@ -100,7 +100,8 @@ def test_eligible_nodes_come_from_the_inventorys_memory():
     inventory = inv(node("n1", SWE, labels={"pool": "cpu"}), node("n2", SWE, labels={"pool": "gpu"}))
     found = eligible_nodes(_placement("cpu"), inventory)
     assert found[0] == [inventory.get("n1")]
-    assert inventory.memory.placements == {_placement("cpu"): ((0,), found[1])}
+    [(placement, eligible)] = inventory.memory.placements.items()
+    assert (placement, eligible.places.tolist(), eligible.names, eligible.reasons) == (_placement("cpu"), [0], ("n1",), found[1])
     assert eligible_nodes(_placement("cpu"), inventory) == found
     renewed = inventory.updated({"n1": replace(inventory.get("n1"), observed_at=NOW)})
     assert renewed.memory.placements == inventory.memory.placements  # a renewal moves no node

@@ -8,8 +8,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+import numpy as np
+
 from image_preflight.core.decide.references import InvalidReference
-from image_preflight.core.decide.inventory import Inventory, NodeImages, image_key
+from image_preflight.core.decide.inventory import Inventory, NodeImages, image_key, is_image_id
 from image_preflight.core.decide.memory import window
 from image_preflight.core.decide.runtime_classes import RuntimeClassConflict, with_runtime_class
 from image_preflight.core.decide.scheduling import PodPlacement, as_daemon, unschedulable_reason
@@ -99,24 +101,42 @@ class Decision:
         return tuple(n for n in self.eligible if n not in halted)
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class Eligible:
+    """Where a placement may land in one inventory, as places in Inventory.nodes: what a renewal
+    leaves as it is (it moves no node and changes no traits, names or sandbox reports)."""
+
+    places: np.ndarray  # ascending
+    names: tuple[str, ...]  # the nodes at those places
+    reporting: tuple[int, ...]  # the places among them whose list reports a missing sandbox image
+    reasons: Counter  # why the other nodes are out: scheduler reason -> node count
+
+
 def eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list[NodeImages], Counter]:
-    """The nodes `placement` may land on, and why the others are out (remembered per inventory, by
-    their places in it: a renewal moves no node, so what is remembered outlives it)."""
-    places, reasons = inventory.memory.placement(placement, lambda: _eligible_places(placement, inventory))
+    """The nodes `placement` may land on, and why the others are out."""
+    eligible = _eligible(placement, inventory)
     nodes = inventory.nodes
-    return [nodes[place] for place in places], reasons
+    return [nodes[place] for place in eligible.places.tolist()], eligible.reasons
 
 
-def _eligible_places(placement: PodPlacement, inventory: Inventory) -> tuple[tuple[int, ...], Counter]:
-    eligible, reasons = [], Counter()
+def _eligible(placement: PodPlacement, inventory: Inventory) -> Eligible:
+    """Remembered per inventory and placement: the scheduler's filters run once for all the pods
+    that share a placement (rollout Jobs do)."""
+    return inventory.memory.placement(placement, lambda: _eligible_places(placement, inventory))
+
+
+def _eligible_places(placement: PodPlacement, inventory: Inventory) -> Eligible:
+    places, reasons = [], Counter()
     for place, node in enumerate(inventory.nodes):
         # Traits unknown (a single-node snapshot): the pod may land there.
         reason = None if node.traits is None else unschedulable_reason(placement, node.traits)
         if reason is None:
-            eligible.append(place)
+            places.append(place)
         else:
             reasons[reason] += 1
-    return tuple(eligible), reasons
+    nodes = inventory.nodes
+    return Eligible(np.array(places, dtype=np.int64), tuple(nodes[place].node for place in places),
+                    tuple(place for place in places if nodes[place].sandbox_missing is not None), reasons)
 
 
 def decide(
@@ -150,7 +170,7 @@ def _decide(spec: Mapping, inventory: Inventory, require: str, now: float | None
 
 def _unplaced(images: Sequence[ContainerImage], reason: str, nodes: int, outcome: Verdict) -> Decision:
     """A decision for a pod no node can be named for: only invalid references are certain."""
-    verdicts = tuple(_verdict(image, [], REQUIRE_ALL, None) for image in images)
+    verdicts = tuple(_verdict(image, None, None, REQUIRE_ALL, None) for image in images)
     decided = _outcome(verdicts, False)
     return Decision(outcome if decided == NO_ELIGIBLE_NODE else decided, verdicts, (), ((reason, nodes),), reason)
 
@@ -178,28 +198,33 @@ def _decide_images(images: Sequence[ContainerImage], placement: PodPlacement, in
     that report a missing sandbox image and on those without a checked image (_verdict)."""
     if require not in REQUIREMENTS:
         raise ValueError(f"require: {require!r} is not one of {', '.join(REQUIREMENTS)}")
-    nodes, reasons = eligible_nodes(placement, inventory)
-    reporting = [n for n in nodes if n.sandbox_missing is not None]
+    eligible = _eligible(placement, inventory)
+    nodes = inventory.nodes
+    reporting = [nodes[place] for place in eligible.reporting]
     blocked = tuple((n.node, image) for n in reporting if (image := n.lacks_sandbox(now)) is not None)
-    halted = frozenset(node for node, _ in blocked)
+    halted = frozenset(place for place in eligible.reporting if nodes[place].lacks_sandbox(now) is not None)
     per_image = REQUIRE_ALL if require == REQUIRE_ONE_NODE else require
-    verdicts = tuple(_verdict(image, nodes, per_image, now, halted) for image in images)
+    consulted = list(reporting)
+    verdicts = tuple(_verdict(image, inventory, eligible, per_image, now, halted, consulted) for image in images)
     if require == REQUIRE_ONE_NODE:
-        verdicts = _on_one_node(verdicts, [n.node for n in nodes if n.node not in halted])
-    stranded = bool(blocked) if require == REQUIRE_ALL else bool(nodes) and len(blocked) == len(nodes)
+        halted_names = {node for node, _ in blocked}
+        verdicts = _on_one_node(verdicts, [name for name in eligible.names if name not in halted_names])
+    stranded = bool(blocked) if require == REQUIRE_ALL else bool(eligible.names) and len(blocked) == len(eligible.names)
     decision = Decision(
-        _outcome(verdicts, bool(nodes), stranded),
+        _outcome(verdicts, bool(eligible.names), stranded),
         verdicts,
-        tuple(n.node for n in nodes),
-        tuple(sorted(reasons.items())),
+        eligible.names,
+        tuple(sorted(eligible.reasons.items())),
         sandbox_missing=blocked,
     )
-    lacking = {name for v in verdicts for name in (*v.missing_on, *v.unknown_on)}
-    return decision, window((*reporting, *map(inventory.get, lacking)), now)
+    return decision, window(consulted, now)
 
 
-def _verdict(image: ContainerImage, nodes: list[NodeImages], require: str, now: float | None,
-             halted: frozenset[str] = frozenset()) -> ImageVerdict:
+def _verdict(image: ContainerImage, inventory: Inventory | None, eligible: Eligible | None, require: str,
+             now: float | None, halted: frozenset[int] = frozenset(),
+             consulted: list[NodeImages] | None = None) -> ImageVerdict:
+    """`halted`: the eligible places that start no pod; the lists whose clock was read are added to
+    `consulted`. The eligible nodes the index (holders.py) shows holding the image are not asked."""
     try:
         key = image_key(image.image)
     except InvalidReference as exc:
@@ -207,18 +232,31 @@ def _verdict(image: ContainerImage, nodes: list[NodeImages], require: str, now: 
         return ImageVerdict(image, INVALID, detail=str(exc))
     if not image.node_dependent:
         return ImageVerdict(image, NOT_CHECKED, key)
-    if not nodes:
+    if inventory is None or eligible is None or not eligible.names:
         return ImageVerdict(image, UNKNOWN, key)
-    holders, missing, unknown = 0, [], []
-    for node in nodes:
-        if halted and node.node in halted:
+    nodes = inventory.nodes
+    index = None if is_image_id(key) else inventory.holder_index()
+    if index is None:
+        asked = eligible.places.tolist()
+    else:
+        asked = eligible.places[~index.held(nodes, key)[eligible.places]].tolist()
+        if halted:
+            asked = sorted(halted.union(asked))
+    holders, missing, unknown = len(eligible.names) - len(asked), [], []
+    for place in asked:
+        node = nodes[place]
+        if place in halted:
             missing.append(node.node)  # it holds the image, maybe, but can start no container
-        elif node.holds(key):
+            continue
+        if node.holds(key):
             holders += 1
-        elif node.conclusive(now, key):
+            continue
+        if node.conclusive(now, key):
             missing.append(node.node)
         else:
             unknown.append(node.node)
+        if consulted is not None:
+            consulted.append(node)
     if require == REQUIRE_ALL:
         # The pod may land on any eligible node, so one that lacks the image is enough to fail.
         status = MISSING if missing else UNKNOWN if unknown else PRESENT

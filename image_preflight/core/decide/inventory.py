@@ -7,6 +7,7 @@ from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from image_preflight.core.decide import holders
 from image_preflight.core.decide.memory import Memory
 from image_preflight.core.decide.references import InvalidReference, docker_ref, is_valid_digest
 from image_preflight.core.decide.runtime_classes import RuntimeClassScheduling
@@ -158,7 +159,7 @@ class Inventory:
     so nothing remembered outlives the view it was decided on.
     """
 
-    __slots__ = ("nodes", "runtime_classes", "_by_name", "memory")
+    __slots__ = ("nodes", "runtime_classes", "_by_name", "memory", "_index")
     __hash__ = None  # type: ignore[assignment]  # compared by content, remembered by identity
 
     def __init__(self, nodes: Iterable[NodeImages] = (),
@@ -168,6 +169,16 @@ class Inventory:
         self.runtime_classes: Mapping[str, RuntimeClassScheduling] = dict(runtime_classes or {})
         self._by_name: Mapping[str, NodeImages] = {n.node: n for n in self.nodes}
         self.memory = Memory()
+        self._index: holders.HolderIndex | None = None
+
+    def holder_index(self) -> holders.HolderIndex | None:
+        """The index of which nodes hold each name (image_preflight.core.decide.holders), built on
+        first use; None for an inventory too small to need one."""
+        if len(self.nodes) < holders.INDEXED_FROM:
+            return None
+        if self._index is None or self._index.stale:
+            self._index = holders.build(self.nodes)
+        return self._index
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Inventory):
@@ -208,12 +219,16 @@ class Inventory:
         """
         by_name = dict(self._by_name)
         renewed: list[tuple[NodeImages, NodeImages]] | None = []
+        relisted, removed = [], False  # nodes whose names changed; whether any node left
         for name, node in changed.items():
             old = by_name.pop(name, None) if node is None else by_name.get(name)
             if node is not None:
                 by_name[name] = node
             if old is node:
                 continue
+            removed = removed or (node is None and old is not None)
+            if old is not None and node is not None and node.refs is not old.refs:
+                relisted.append(name)
             if renewed is not None and old is not None and node is not None and node.renews(old):
                 renewed.append((old, node))
             else:
@@ -221,6 +236,11 @@ class Inventory:
         inventory = Inventory(tuple(by_name.values()), self.runtime_classes)
         if renewed is not None:
             inventory.memory = self.memory.renewed((old.proving(), new.proving()) for old, new in renewed)
+        # Nodes keep their places unless one leaves (a new one comes last): the index carries over
+        # with the relisted places marked; a renewal keeps every list's names, and marks none.
+        if self._index is not None and not removed:
+            places = {name: place for place, name in enumerate(by_name)} if relisted else {}
+            inventory._index = self._index.carried(len(inventory.nodes), (places[name] for name in relisted))
         return inventory
 
     def with_runtime_classes(self, runtime_classes: Mapping[str, RuntimeClassScheduling]) -> Inventory:
