@@ -108,6 +108,18 @@ def test_eligible_nodes_come_from_the_inventorys_memory():
     assert eligible_nodes(_placement("cpu"), renewed)[0] == [renewed.get("n1")]
 
 
+def test_new_names_keep_the_placements_and_new_traits_or_reports_do_not():
+    inventory = inv(node("n1", SWE, labels={"pool": "cpu"}), node("n2", SWE, labels={"pool": "gpu"}))
+    decide(SPEC, inventory, now=NOW)
+    relisted = inventory.updated({"n2": replace(inventory.get("n2"), refs=frozenset())})
+    assert relisted.memory.placements == inventory.memory.placements and relisted.memory.decisions == {}
+    assert decide(SPEC, relisted, now=NOW).outcome == "deny"  # n2 lacks it now
+    for changed in (replace(inventory.get("n2"), traits=replace(inventory.get("n2").traits, labels={})),
+                    replace(inventory.get("n2"), sandbox_missing="registry.k8s.io/pause:3.10"), None):
+        assert inventory.updated({"n2": changed}).memory.placements == {}
+    assert inventory.updated({"n3": node("n3", SWE)}).memory.placements == {}
+
+
 def test_what_a_renewal_leaves_remembered_decides_as_a_fresh_inventory_would():
     """A remembered decision holds only while the clocks it read do (memory.window), and
     Inventory.updated carries decisions through renewals (Memory.renewed): at any time, asked

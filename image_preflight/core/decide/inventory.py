@@ -116,6 +116,11 @@ class NodeImages:
         """Whether this list is `earlier` with only its lease moved (its agent's Lease renewed it)."""
         return self == earlier or replace(self, observed_at=earlier.observed_at, expires_at=earlier.expires_at) == earlier
 
+    def places_as(self, earlier: NodeImages) -> bool:
+        """Whether a placement finds this list where it found `earlier` (decision.Eligible): the same
+        node, traits and sandbox report."""
+        return (self.node, self.traits, self.sandbox_missing) == (earlier.node, earlier.traits, earlier.sandbox_missing)
+
     def lacks_sandbox(self, now: float | None) -> str | None:
         """The sandbox image this node's runtime lacks while its list is current; a stale report
         proves nothing (the image may have been imported since)."""
@@ -215,11 +220,12 @@ class Inventory:
 
         What it remembers carries over when the lists changed only by their leases (the agents'
         Leases renew them once a renewal period each): forgotten, every renewal would cost the
-        next decisions a look at every node again.
+        next decisions a look at every node again. When nodes changed their names but not where a
+        placement finds them, the placements carry over.
         """
         by_name = dict(self._by_name)
         renewed: list[tuple[NodeImages, NodeImages]] | None = []
-        relisted, removed = [], False  # nodes whose names changed; whether any node left
+        relisted, removed, placed = [], False, True  # placed: where each placement may land is as it was
         for name, node in changed.items():
             old = by_name.pop(name, None) if node is None else by_name.get(name)
             if node is not None:
@@ -227,6 +233,7 @@ class Inventory:
             if old is node:
                 continue
             removed = removed or (node is None and old is not None)
+            placed = placed and old is not None and node is not None and node.places_as(old)
             if old is not None and node is not None and node.refs is not old.refs:
                 relisted.append(name)
             if renewed is not None and old is not None and node is not None and node.renews(old):
@@ -236,6 +243,8 @@ class Inventory:
         inventory = Inventory(tuple(by_name.values()), self.runtime_classes)
         if renewed is not None:
             inventory.memory = self.memory.renewed((old.proving(), new.proving()) for old, new in renewed)
+        elif placed:
+            inventory.memory = self.memory.placed()
         # Nodes keep their places unless one leaves (a new one comes last): the index carries over
         # with the relisted places marked; a renewal keeps every list's names, and marks none.
         if self._index is not None and not removed:

@@ -17,7 +17,8 @@ Memory (a new inventory starts empty) of two kinds:
   window taken over every list would keep nothing.
 
 A renewal of some lists' leases (Inventory.updated) keeps both, each decision for as long as it
-still holds (Memory.renewed); any other change starts a new memory.
+still holds (Memory.renewed); a change of names alone keeps the placements (Memory.placed); any
+other change starts a new memory.
 
 Each kind is cleared whole when full: cheap, and a working set that fits stays remembered.
 Parsing an image reference has its own process-wide cache (references.CACHE_SIZE): it depends on
@@ -83,6 +84,13 @@ class Memory:
             self.decisions.clear()
         self.decisions[key] = (decision, start, end)
         return decision
+
+    def placed(self) -> Memory:
+        """A memory of these placements alone: for an inventory whose lists changed their names
+        but not where any placement finds them (NodeImages.places_as)."""
+        memory = Memory()
+        memory.placements = dict(self.placements)
+        return memory
 
     def renewed(self, leases: Iterable[tuple[tuple[float, float], tuple[float, float]]]) -> Memory:
         """The decisions still true once some node lists had their leases renewed, and nothing else
