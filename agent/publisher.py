@@ -253,13 +253,10 @@ class Agent:
         spec = {"sandboxImage": self._sandbox_report(images), "pinning": self._pin(images, digest)}
         try:
             reason = self.publisher.publish(images, now=self.clock(), digest=digest, spec=spec)
-        except PublishError as exc:
+        except Exception as exc:  # noqa: BLE001 - refused (PublishError), or any connection error: retry next cycle
             self.metrics.cycles.labels("publish_failed").inc()
-            log.warning("%s; retrying in %g s", exc, self.interval)
-            return True
-        except Exception as exc:  # noqa: BLE001 - connection errors of any kind: retry next cycle
-            self.metrics.cycles.labels("publish_failed").inc()
-            log.warning("%s: %s; retrying in %g s", self.publisher.where, describe_error(exc), self.interval)
+            said = str(exc) if isinstance(exc, PublishError) else f"{self.publisher.where}: {describe_error(exc)}"
+            log.warning("%s; retrying in %g s", said, self.interval)
             return True
         self.metrics.cycles.labels("listed").inc()
         self.metrics.published_at.set(self.clock())

@@ -49,7 +49,7 @@ def case_file(case: str) -> Path:
 
 
 def template(values: Mapping | None = None, *, case: str | None = None, namespace: str = NAMESPACE,
-             hooks: bool = True, crds: bool = False, helm: str = "helm", check: bool = True
+             hooks: bool = True, helm: str = "helm", check: bool = True
              ) -> subprocess.CompletedProcess:
     """`helm template` of the chart as release image-preflight: a ci/ case's values, then `values`."""
     command = [helm_binary(helm), "template", RELEASE, str(CHART), "--namespace", namespace]
@@ -57,8 +57,6 @@ def template(values: Mapping | None = None, *, case: str | None = None, namespac
         command += ["--values", str(case_file(case))]
     if not hooks:
         command += ["--no-hooks", "--skip-tests"]
-    if crds:
-        command.append("--include-crds")
     with tempfile.NamedTemporaryFile("w", suffix=".json") as given:
         if values:
             json.dump(values, given)
@@ -102,7 +100,7 @@ def apply(plane, values: Mapping | None = None, *, workloads: bool = True, kinds
     its hooks and tests, and less the watchdog's write policy unless `watchdog_policy`: the CRD
     first, the release namespace created. `workloads=False` leaves out the Deployments and the
     DaemonSet; `kinds` keeps only those kinds. The objects applied."""
-    objects = render(values, hooks=False, crds=True)
+    objects = render(values, hooks=False)
     if not watchdog_policy:
         objects = [o for o in objects if o["metadata"]["name"] != WATCHDOG_POLICY]
     if not workloads:

@@ -231,7 +231,7 @@ def agent_manifests() -> list[dict]:
     """The chart's defaults, the node agent's objects: the CRD, and those its component label names."""
     from tests.chart import render
 
-    return [d for d in render(crds=True) if d["kind"] == "CustomResourceDefinition"
+    return [d for d in render() if d["kind"] == "CustomResourceDefinition"
             or d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "node-agent"]
 
 

@@ -42,7 +42,7 @@ def made_for_real(control_plane):
 @pytest.mark.parametrize("case", CASES)
 def test_the_apiserver_accepts_every_object_in_a_server_side_dry_run(case, control_plane, made_for_real, tmp_path):
     """kube-apiserver 1.37 (tests/controlplane) validates, defaults and admits each object."""
-    documents = render(case=case, crds=True)
+    documents = render(case=case)
     # The CRD, the namespaces and the ServiceAccounts are made for real: a dry-run Namespace holds
     # no dry-run objects, a dry-run CRD serves no kind, and a Pod's ServiceAccount must exist.
     control_plane.kubectl("create", "namespace", NAMESPACE, check=False)

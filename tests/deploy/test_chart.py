@@ -65,7 +65,7 @@ def checkov() -> str:
 @functools.cache
 def _rendered(case: str) -> tuple[str, list[dict]]:
     """`helm template` of a ci/ case, the CRD included: its text and its objects."""
-    text = template(case=case, crds=True).stdout
+    text = template(case=case).stdout
     return text, [d for d in yaml.safe_load_all(text) if d]
 
 
@@ -281,7 +281,7 @@ def test_helm_4_renders_the_same_objects(case):
     """Helm 4 (helm.sh/helm/v4, from its Go module) renders what Helm 3 does. Generated keys and
     certificates differ on every render, and Helm 4 labels its own version: both left out."""
     def comparable(helm: str) -> list[dict]:
-        text = template(case=case, crds=True, helm=helm).stdout
+        text = template(case=case, helm=helm).stdout
         found = [_without_generated(d) for d in yaml.safe_load_all(text) if d]
         # The order of a file's objects is Helm's own (4 sorts them otherwise), not the chart's.
         return sorted(found, key=lambda d: (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]))
