@@ -1,5 +1,6 @@
-"""What the chart lets its own accounts write, on the real apiserver: the chart installed by `helm
-install` on a control plane of this module's own (its node restriction refuses the agents of the
+"""What the chart lets its own accounts write, on the real apiserver: the chart published to a
+registry as its README says (tests/oci_registry.py) and installed from there by `helm install
+oci://...` on a control plane of this module's own (its node restriction refuses the agents of the
 other modules, whose tokens are bound to no Pod), then uninstalled with a hook that fails.
 
 - The node agent writes NodeImages only with a token bound to its Pod on a node, and only its
@@ -35,7 +36,9 @@ from image_preflight.agent.publisher import Publisher
 from image_preflight.core.sources.runtime_lists import (
     GROUP, LEASE_GROUP, LEASE_PLURAL, LEASE_VERSION, PLURAL, VERSION, format_time, lease_object)
 from tests.agent_helpers import SAMPLE, T0
-from tests.chart import AGENT_NAMESPACE, API_ONLY, CHART, NAMESPACE, RELEASE, helm_binary
+from tests.chart import AGENT_NAMESPACE, API_ONLY, NAMESPACE, RELEASE, helm_binary
+from tests.oci_registry import Registry, publish_as_readme
+from tests.release import VERSION as RELEASED
 from tests.controlplane.cluster import (
     ControlPlane,
     create_node,
@@ -165,7 +168,14 @@ def installed(tmp_path_factory) -> Iterator[Install]:
         with tempfile.NamedTemporaryFile("w", suffix=".json", dir=folder, delete=False) as values:
             json.dump(VALUES, values)
         install = Install(plane, folder)
-        install.helm("install", RELEASE, str(CHART), "--create-namespace", "--values", values.name)
+        # From a registry, as the chart's README publishes it: an install from oci://.
+        registry = Registry(folder / "registry").start()
+        try:
+            reference, _ = publish_as_readme(registry, folder)
+            install.helm("install", RELEASE, reference, "--version", RELEASED, "--ca-file", str(registry.ca),
+                         "--create-namespace", "--values", values.name)
+        finally:
+            registry.stop()
         _without_the_crds_name_rule(plane)
         install.agent_pod = plane.core().create_namespaced_pod(AGENT_NAMESPACE, {
             "metadata": {"name": "agent-on-node-a"},

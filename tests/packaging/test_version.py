@@ -17,7 +17,7 @@ PRINTED = re.compile(r"image[-_]preflight[:\-](\d+\.\d+\.\d+)\b|^\s*tag: (\d+\.\
 
 def _printed() -> dict[str, set[str]]:
     places = [ROOT / "README.md", ROOT / "Dockerfile", *sorted((ROOT / "docs").glob("*.md")),
-              CHART / "README.md", *sorted((CHART / "ci").glob("*.yaml"))]
+              CHART / "README.md", CHART / "Chart.yaml", *sorted((CHART / "ci").glob("*.yaml"))]
     found: dict[str, set[str]] = {}
     for path in places:
         for match in PRINTED.finditer(path.read_text(encoding="utf-8")):
