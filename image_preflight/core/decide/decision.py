@@ -248,7 +248,7 @@ def _verdict(image: ContainerImage, inventory: Inventory | None, eligible: Eligi
         if place in halted:
             missing.append(node.node)  # it holds the image, maybe, but can start no container
             continue
-        if node.holds(key):
+        if index is None and node.holds(key):  # the index asked every list it holds no names of
             holders += 1
             continue
         if node.conclusive(now, key):
