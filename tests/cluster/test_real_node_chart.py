@@ -45,7 +45,7 @@ from tests.node.installed import (
     served_serial,
 )
 from tests.node.real_node import NODE_NAME
-from tests.release import IMAGE, IMAGE_NAME, VERSION
+from tests.release import IMAGE, IMAGE_NAME, ROOT, VERSION
 
 HELD = swe_smith_image("pandas-dev", "pandas", "95280573e1")
 ABSENT = swe_smith_image("getmoto", "moto", "694ce1f4a1")
@@ -536,3 +536,71 @@ def test_helm_uninstall_leaves_nothing_that_blocks_and_job_creation_works_right_
     created = k8s.BatchV1Api(held.plane.api_client()).create_namespaced_job(ROLLOUTS, job, dry_run="All")
     assert created.metadata.name == job["metadata"]["name"]
     assert yaml.safe_load(held.sh("helm list --all-namespaces -o yaml")) == []
+
+
+# --- from the previous release: after the uninstall ----------------------------------------------------
+
+# The chart as 0.1.0 released it: its NodeImages CRD in crds/, which Helm installs once and never
+# upgrades, without the bounds added since (the lease's hour, name lengths, maxItems).
+PREVIOUS_RELEASE = "d3ff8fa46b50de96f2d3167df2aa6776121185c9"
+PREVIOUS_VERSION = "0.1.0"
+
+
+def _list_leased_for(seconds: int) -> dict:
+    """A list of a node of its own (the agent's is there), written by the admin."""
+    return {"apiVersion": "image-preflight.io/v1alpha1", "kind": "NodeImages", "metadata": {"name": "upgrade-probe"},
+            "spec": {"nodeName": "upgrade-probe", "observedAt": "2026-12-06T00:00:00Z", "leaseDurationSeconds": seconds,
+                     "images": []}}
+
+
+def _admits(installation, obj: dict) -> bool:
+    try:
+        k8s.CustomObjectsApi(installation.plane.api_client()).create_cluster_custom_object(*NODEIMAGES, obj, dry_run="All")
+    except k8s.ApiException as exc:
+        assert exc.status == 422, exc.body
+        return False
+    return True
+
+
+def test_an_upgrade_from_the_previous_release_under_a_stream_fails_none_and_brings_the_crds_rules(failing_closed, tmp_path):
+    """The chart's README, "Upgrading": 0.1.0 installed, then `helm upgrade --take-ownership` to
+    this chart while Jobs stream in (failurePolicy Fail, so a call no replica answers fails its
+    creation), then uninstalled. The 0.1.0 image is this build tagged as 0.1.0: what is upgraded
+    here is the chart and its CRD, not the code."""
+    held = failing_closed
+    old = tmp_path / "previous"
+    old.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", PREVIOUS_RELEASE, "deploy/chart/image-preflight"],
+                             capture_output=True, check=False)
+    assert archive.returncode == 0, f"this test reads the previous release from the clone's history: {archive.stderr!r}"
+    subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+    chart = old / "deploy" / "chart" / "image-preflight"
+    held.node.ctr("images", "tag", IMAGE_NAME, IMAGE_NAME.replace(VERSION, PREVIOUS_VERSION))
+    # A cluster new to the chart: the CRD the uninstall above kept goes, as 0.1.0 installs its own.
+    held.plane.kubectl("delete", "crd", "nodeimages.image-preflight.io", "--ignore-not-found", "--wait")
+    held.helm("install", "image-preflight", str(chart), "--create-namespace", '--set agent.criSocket="$CRI_SOCKET"',
+              "--set webhook.failurePolicy=Fail", "--wait", "--timeout 5m")
+    held.wait_rolled_out()
+    assert _admits(held, _list_leased_for(7200))  # 0.1.0's CRD bounds no lease
+    try:
+        with stream(held) as creations:
+            creations.wait_count(20)
+            held.helm("upgrade", "image-preflight", "deploy/chart/image-preflight", "--take-ownership",
+                      "--reset-then-reuse-values", "--wait", "--timeout 5m")
+            held.wait_rolled_out()
+            assert {p.spec.containers[0].image for p in held.webhook_pods()} == {IMAGE}
+            count = creations.total
+            creations.wait_count(count + 20)
+        assert not creations.failed, creations.failed[:5]
+        assert not creations.unchecked, creations.unchecked[:5]
+        assert creations.admitted > 10 and creations.denied > 10
+        FIGURES["previous_release_upgrade_creations"] = creations.total
+        # The upgrade brought the CRD's newer rules: a lease over an hour is refused now.
+        wait_for(lambda: not _admits(held, _list_leased_for(7200)), "the upgraded CRD in force", timeout_s=30)
+        assert _admits(held, _list_leased_for(3600))
+    finally:
+        held.helm("uninstall", "image-preflight", "--wait", "--timeout 5m")
+    admission = k8s.AdmissionregistrationV1Api(held.plane.api_client())
+    assert [c.metadata.name for c in admission.list_validating_webhook_configuration().items
+            if c.metadata.name.startswith("image-preflight")] == []
+    assert k8s.CustomObjectsApi(held.plane.api_client()).list_cluster_custom_object(*NODEIMAGES)["items"] == []
