@@ -12,7 +12,9 @@ In one process, for each size: nodes with a status list and an agent's leased li
    them): a decision on an image every node holds, remembered and new (the placement
    remembered), against a new one that asks every node's list as before the index of holders
    (core/decide/holders.py; the baseline); and a new image no node holds, whose cost is a look at
-   every node that lacks it. Then what building that index takes.
+   every node that lacks it. Then what building that index takes. Then the first decision after
+   a Node's labels changed (as when a taint is added or lifted), whose placement is found again at
+   that node alone, against the same with every node's filters run (the baseline).
 """
 
 from __future__ import annotations
@@ -117,6 +119,19 @@ def at_size(nodes: int, repeat: int) -> dict:
         decide(pod(f"docker.io/library/swe-{index + 1}:openai"), asking, now=time.time())
         asked.append(time.perf_counter() - start)
     holders.INDEXED_FROM = indexed_from
+    # A Node's labels changed (as a taint added or lifted): the placement is found again at that
+    # node alone, against every node's filters on an inventory with nothing remembered.
+    relabelled, afresh = [], []
+    for index in range(repeat):
+        fleet.upsert_node(node(names[index], label=f"changed-{index}"))
+        start = time.perf_counter()
+        decide(pod("docker.io/library/swe-0:openai"), fleet.current, now=time.time())
+        relabelled.append(time.perf_counter() - start)
+        bare = Inventory(fleet.current.nodes, fleet.current.runtime_classes)
+        bare.holder_index()
+        start = time.perf_counter()
+        decide(pod("docker.io/library/swe-0:openai"), bare, now=time.time())
+        afresh.append(time.perf_counter() - start)
     for _ in range(max(3, repeat // 10)):
         start = time.perf_counter()
         holders.build(indexed.nodes)
@@ -129,7 +144,9 @@ def at_size(nodes: int, repeat: int) -> dict:
             "new_image_to_nothing_remembered": ms(placed) / ms(fresh),
             "hashed_lists_decision_remembered_ms": ms(known), "hashed_lists_decision_new_image_ms": ms(new),
             "hashed_lists_decision_new_image_asking_every_list_ms": ms(asked), "new_to_asking": ms(new) / ms(asked),
-            "hashed_lists_decision_image_no_node_holds_ms": ms(nowhere), "hashed_lists_index_build_ms": ms(build)}
+            "hashed_lists_decision_image_no_node_holds_ms": ms(nowhere), "hashed_lists_index_build_ms": ms(build),
+            "decision_after_a_node_relabelled_ms": ms(relabelled), "decision_placement_afresh_ms": ms(afresh),
+            "relabelled_to_afresh": ms(relabelled) / ms(afresh)}
 
 
 def main() -> None:

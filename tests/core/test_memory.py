@@ -114,10 +114,26 @@ def test_new_names_keep_the_placements_and_new_traits_or_reports_do_not():
     relisted = inventory.updated({"n2": replace(inventory.get("n2"), refs=frozenset())})
     assert relisted.memory.placements == inventory.memory.placements and relisted.memory.decisions == {}
     assert decide(SPEC, relisted, now=NOW).outcome == "deny"  # n2 lacks it now
-    for changed in (replace(inventory.get("n2"), traits=replace(inventory.get("n2").traits, labels={})),
-                    replace(inventory.get("n2"), sandbox_missing="registry.k8s.io/pause:3.10"), None):
-        assert inventory.updated({"n2": changed}).memory.placements == {}
-    assert inventory.updated({"n3": node("n3", SWE)}).memory.placements == {}
+    assert inventory.updated({"n2": None}).memory.earlier == {}  # a node left: places moved, all forgotten
+
+
+def test_new_traits_have_each_placement_found_again_at_the_changed_nodes_alone():
+    inventory = inv(node("n1", SWE, labels={"pool": "cpu"}), node("n2", SWE, labels={"pool": "gpu"}))
+    cpu = _placement("cpu")
+    eligible_nodes(cpu, inventory)
+    found = inventory.memory.placements[cpu]
+    moved = inventory.updated({"n2": replace(inventory.get("n2"), traits=replace(inventory.get("n2").traits,
+                                                                                 labels={"pool": "cpu"}))})
+    assert moved.memory.placements == {} and moved.memory.earlier == {cpu: (found, frozenset({1}))}
+    again = moved.updated({"n3": node("n3", SWE, labels={"pool": "gpu"}),
+                           "n1": replace(moved.get("n1"), sandbox_missing="registry.k8s.io/pause:3.10")})
+    assert again.memory.earlier == {cpu: (found, frozenset({0, 1, 2}))}  # since it was found: n2, n1, n3 (added)
+    eligible, reasons = eligible_nodes(cpu, again)
+    assert ([n.node for n in eligible], reasons) == (["n1", "n2"], {"node(s) didn't match Pod's node affinity/selector": 1})
+    assert again.memory.placements[cpu].reporting == (0,)
+    assert eligible_nodes(cpu, again) == eligible_nodes(cpu, inv(*again.nodes))  # as found afresh
+    many = inventory.updated({f"x{i}": node(f"x{i}", SWE) for i in range(memory.MOVED_PLACES + 1)})
+    assert many.memory.earlier == {}  # more than MOVED_PLACES changed: found afresh
 
 
 def test_what_a_renewal_leaves_remembered_decides_as_a_fresh_inventory_would():

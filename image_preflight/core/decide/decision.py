@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -110,6 +110,10 @@ class Eligible:
     names: tuple[str, ...]  # the nodes at those places
     reporting: tuple[int, ...]  # the places among them whose list reports a missing sandbox image
     reasons: Counter  # why the other nodes are out: scheduler reason -> node count
+    # Each place's reason, as an index into `said` (-1: eligible): what finding it again at a few
+    # changed places starts from (Memory.moved).
+    codes: np.ndarray
+    said: tuple[str, ...]
 
 
 def eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list[NodeImages], Counter]:
@@ -121,22 +125,52 @@ def eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list[
 
 def _eligible(placement: PodPlacement, inventory: Inventory) -> Eligible:
     """Remembered per inventory and placement: the scheduler's filters run once for all the pods
-    that share a placement (rollout Jobs do)."""
-    return inventory.memory.placement(placement, lambda: _eligible_places(placement, inventory))
+    that share a placement (rollout Jobs do), and again only where nodes changed."""
+    return inventory.memory.placement(placement, lambda: _eligible_at(placement, inventory, None, ()),
+                                      lambda earlier, changed: _eligible_at(placement, inventory, earlier, changed))
 
 
-def _eligible_places(placement: PodPlacement, inventory: Inventory) -> Eligible:
-    places, reasons = [], Counter()
-    for place, node in enumerate(inventory.nodes):
+def _eligible_at(placement: PodPlacement, inventory: Inventory, earlier: Eligible | None,
+                 changed: Collection[int]) -> Eligible:
+    """The placement's Eligible: `earlier`'s with the nodes at `changed` filtered again, or every
+    node filtered (earlier None)."""
+    nodes = inventory.nodes
+    codes = np.full(len(nodes), -1, dtype=np.int32)
+    said: list[str] = []
+    if earlier is None:
+        changed = range(len(nodes))
+    else:
+        codes[:earlier.codes.size] = earlier.codes
+        said = list(earlier.said)
+    for place in changed:
+        node = nodes[place]
         # Traits unknown (a single-node snapshot): the pod may land there.
         reason = None if node.traits is None else unschedulable_reason(placement, node.traits)
         if reason is None:
-            places.append(place)
+            codes[place] = -1
         else:
-            reasons[reason] += 1
-    nodes = inventory.nodes
-    return Eligible(np.array(places, dtype=np.int64), tuple(nodes[place].node for place in places),
-                    tuple(place for place in places if nodes[place].sandbox_missing is not None), reasons)
+            if reason not in said:
+                said.append(reason)
+            codes[place] = said.index(reason)
+    places = np.flatnonzero(codes < 0)
+    counts = np.bincount(codes[codes >= 0], minlength=len(said))
+    reasons = Counter({reason: int(count) for reason, count in zip(said, counts) if count})
+    if earlier is None:
+        at = places.tolist()
+        return Eligible(places, tuple(nodes[place].node for place in at),
+                        tuple(place for place in at if nodes[place].sandbox_missing is not None), reasons, codes,
+                        tuple(said))
+    # Names and reports carried from `earlier`, edited at the places that changed: a node keeps its
+    # name in its place, so only those that came in or went out of eligibility move in the tuple.
+    names, was = earlier.names, earlier.codes
+    for place in sorted(changed, reverse=True):  # from the end: earlier's places before it stay put
+        now_in, was_in = codes[place] < 0, place < was.size and was[place] < 0
+        if now_in != was_in:
+            index = int(np.searchsorted(earlier.places, place))
+            names = names[:index] + (nodes[place].node,) + names[index:] if now_in else names[:index] + names[index + 1:]
+    reporting = set(earlier.reporting).difference(changed)
+    reporting.update(place for place in changed if codes[place] < 0 and nodes[place].sandbox_missing is not None)
+    return Eligible(places, names, tuple(sorted(reporting)), reasons, codes, tuple(said))
 
 
 def decide(

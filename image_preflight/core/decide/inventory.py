@@ -220,12 +220,13 @@ class Inventory:
 
         What it remembers carries over when the lists changed only by their leases (the agents'
         Leases renew them once a renewal period each): forgotten, every renewal would cost the
-        next decisions a look at every node again. When nodes changed their names but not where a
-        placement finds them, the placements carry over.
+        next decisions a look at every node again. When no node left, the placements carry over, to
+        be found again at the nodes whose traits changed (Memory.moved).
         """
         by_name = dict(self._by_name)
         renewed: list[tuple[NodeImages, NodeImages]] | None = []
-        relisted, removed, placed = [], False, True  # placed: where each placement may land is as it was
+        relisted, removed = [], False  # nodes whose names changed; whether any node left
+        moved: list[str] = []  # nodes added, or whose traits or sandbox report changed
         for name, node in changed.items():
             old = by_name.pop(name, None) if node is None else by_name.get(name)
             if node is not None:
@@ -233,7 +234,8 @@ class Inventory:
             if old is node:
                 continue
             removed = removed or (node is None and old is not None)
-            placed = placed and old is not None and node is not None and node.places_as(old)
+            if node is not None and (old is None or not node.places_as(old)):
+                moved.append(name)
             if old is not None and node is not None and node.refs is not old.refs:
                 relisted.append(name)
             if renewed is not None and old is not None and node is not None and node.renews(old):
@@ -241,14 +243,15 @@ class Inventory:
             else:
                 renewed = None
         inventory = Inventory(tuple(by_name.values()), self.runtime_classes)
+        # Nodes keep their places unless one leaves (a new one comes last).
+        places = {name: place for place, name in enumerate(by_name)} if relisted or moved else {}
         if renewed is not None:
             inventory.memory = self.memory.renewed((old.proving(), new.proving()) for old, new in renewed)
-        elif placed:
-            inventory.memory = self.memory.placed()
-        # Nodes keep their places unless one leaves (a new one comes last): the index carries over
-        # with the relisted places marked; a renewal keeps every list's names, and marks none.
+        elif not removed:
+            inventory.memory = self.memory.moved(places[name] for name in moved) if moved else self.memory.placed()
+        # The index carries over with the relisted places marked; a renewal keeps every list's
+        # names, and marks none.
         if self._index is not None and not removed:
-            places = {name: place for place, name in enumerate(by_name)} if relisted else {}
             inventory._index = self._index.carried(len(inventory.nodes), (places[name] for name in relisted))
         return inventory
 

@@ -17,7 +17,8 @@ Memory (a new inventory starts empty) of two kinds:
   window taken over every list would keep nothing.
 
 A renewal of some lists' leases (Inventory.updated) keeps both, each decision for as long as it
-still holds (Memory.renewed); a change of names alone keeps the placements (Memory.placed); any
+still holds (Memory.renewed); a change of names alone keeps the placements (Memory.placed); a
+change of some nodes' traits keeps them to be found again at those nodes alone (Memory.moved); any
 other change starts a new memory.
 
 Each kind is cleared whole when full: cheap, and a working set that fits stays remembered.
@@ -39,6 +40,7 @@ if TYPE_CHECKING:  # inventory.py holds a Memory in each Inventory
 
 PLACEMENTS = 1024  # distinct placements remembered per inventory
 PLACEMENT_CHARACTERS = 4096  # ... each of at most this many characters: they stay under ~8 MiB
+MOVED_PLACES = 256  # changed places beyond which a placement is found afresh rather than again
 DECISIONS = 4096  # decisions remembered per inventory
 KEY_CHARACTERS = 4096  # a spec whose deciding fields' repr is longer is decided every time
 
@@ -48,18 +50,25 @@ T = TypeVar("T")
 class Memory:
     """One inventory's remembered placements and decisions."""
 
-    __slots__ = ("placements", "decisions")
+    __slots__ = ("placements", "decisions", "earlier")
 
     def __init__(self) -> None:
         self.placements: dict = {}  # placement -> what find() gave
         self.decisions: dict = {}  # key_of() -> (decision, start, end): holds for now in [start, end)
+        # placement -> (what find() gave on an earlier inventory of the same places, the places
+        # whose nodes changed their traits or sandbox report since, or came after them): found
+        # again by looking at those places alone (moved).
+        self.earlier: dict = {}
 
-    def placement(self, placement: PodPlacement, find: Callable[[], T]) -> T:
-        """What find() gives for `placement`, found once per placement; a freak placement (more
-        than PLACEMENT_CHARACTERS of text) is found every time without being remembered."""
+    def placement(self, placement: PodPlacement, find: Callable[[], T],
+                  refind: Callable[[T, frozenset[int]], T] | None = None) -> T:
+        """What find() gives for `placement`, found once per placement, or by refind() from what an
+        earlier inventory found and the places changed since; a freak placement (more than
+        PLACEMENT_CHARACTERS of text) is found every time without being remembered."""
         found = self.placements.get(placement)
         if found is None:
-            found = find()
+            earlier = self.earlier.get(placement) if refind is not None else None
+            found = find() if earlier is None else refind(*earlier)  # type: ignore[misc]
             if _characters(placement) <= PLACEMENT_CHARACTERS:
                 if len(self.placements) >= PLACEMENTS:
                     self.placements.clear()
@@ -89,7 +98,22 @@ class Memory:
         """A memory of these placements alone: for an inventory whose lists changed their names
         but not where any placement finds them (NodeImages.places_as)."""
         memory = Memory()
-        memory.placements = dict(self.placements)
+        memory.placements, memory.earlier = dict(self.placements), dict(self.earlier)
+        return memory
+
+    def moved(self, places: Iterable[int]) -> Memory:
+        """A memory for an inventory whose nodes at `places` changed where a placement may find
+        them (their traits or sandbox report), or were added there, and no node left: each
+        placement is found again by looking at the places changed since it was found (a Node's
+        taint added or lifted at 5,000 nodes costs the next review one node's filters, not 5,000)."""
+        changed = frozenset(places)
+        memory = Memory()
+        for placement, (found, before) in self.earlier.items():
+            if placement not in self.placements and len(before) + len(changed) <= MOVED_PLACES:
+                memory.earlier[placement] = (found, before | changed)
+        if len(changed) <= MOVED_PLACES:
+            for placement, found in self.placements.items():
+                memory.earlier[placement] = (found, changed)
         return memory
 
     def renewed(self, leases: Iterable[tuple[tuple[float, float], tuple[float, float]]]) -> Memory:
@@ -105,7 +129,7 @@ class Memory:
         renewal changes no node's traits, and moves none from its place among the inventory's nodes.
         """
         memory = Memory()
-        memory.placements = dict(self.placements)
+        memory.placements, memory.earlier = dict(self.placements), dict(self.earlier)
         leases = list(leases)
         # A copy to walk: requests still decide on the inventory being replaced, adding to it.
         for key, (decision, start, end) in list(self.decisions.items()):
