@@ -1043,7 +1043,8 @@ def report(result: dict) -> str:
                          f"{sp['create_unjudged_p50_s'] * 1e3:.1f} / {sp['create_unjudged_p99_s'] * 1e3:.1f} ms; "
                          f"serve's own answer (its /metrics) {(sp['serve_mean_s'] or 0) * 1e3:.2f} ms mean over "
                          f"{sp['serve_answered']:g} reviews; inventories published meanwhile, by what changed: "
-                         f"{sp.get('serve_publications') or 'none'}")
+                         f"{sp.get('serve_publications') or 'none'}; nodes tainted after, by taint: "
+                         f"{sp.get('node_taints_after') or 'none'}")
     for name, c in result.get("commands", {}).items():
         lines.append(f"{name} (admin kubeconfig, {DATASET_ROWS:,} rows for scan): {c['wall_s']:.1f} s, CPU "
                      f"{c['cpu_s']:.1f} s, peak RSS {c['peak_rss_mib']:,.0f} MiB, exit {c['exit']}: {c['last_line']}")

@@ -16,6 +16,7 @@ apiserver times it, and the commands a user runs against the whole cluster.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sys
@@ -98,6 +99,7 @@ def job_spans(plane: ControlPlane, receiver: SpanReceiver, served: ServedWebhook
         answers[outcome] += 1
     answered = [after - before for after, before in zip(answering(served), answered_before)]
     published = {by: count - published_before.get(by, 0) for by, count in publications(served).items()}
+    tainted = node_taints(plane)
     time.sleep(EXPORT_S)
     fresh = [span for span in receiver.spans() if span.start_ns >= since_ns]
     calls = [span.seconds for span in fresh
@@ -114,7 +116,20 @@ def job_spans(plane: ControlPlane, receiver: SpanReceiver, served: ServedWebhook
             "create_unjudged_p50_s": percentile(creates[UNJUDGED_NAMESPACE], 0.5),
             "create_unjudged_p99_s": percentile(creates[UNJUDGED_NAMESPACE], 0.99),
             "serve_answered": answered[0], "serve_mean_s": answered[1] / answered[0] if answered[0] else None,
-            "serve_publications": {by: count for by, count in published.items() if count}}
+            "serve_publications": {by: count for by, count in published.items() if count},
+            "node_taints_after": tainted}
+
+
+def node_taints(plane: ControlPlane) -> dict[str, int]:
+    """How many nodes carry each taint (key:effect): the node lifecycle controller's NotReady and
+    unreachable taints are what a Node's change that placements read is most likely to be."""
+    answer = plane.core().list_node(_preload_content=False, _request_timeout=120)
+    counts: dict[str, int] = {}
+    for node in json.loads(answer.data)["items"]:
+        for taint in node.get("spec", {}).get("taints") or ():
+            key = f"{taint.get('key')}:{taint.get('effect')}"
+            counts[key] = counts.get(key, 0) + 1
+    return counts
 
 
 def served_metrics(served: ServedWebhook, name: str) -> list:
