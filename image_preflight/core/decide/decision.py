@@ -7,8 +7,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from image_preflight.core.decide.references import InvalidReference
 from image_preflight.core.decide.inventory import Inventory, NodeImages, image_key, is_image_id
@@ -16,6 +15,9 @@ from image_preflight.core.decide.memory import window
 from image_preflight.core.decide.runtime_classes import RuntimeClassConflict, with_runtime_class
 from image_preflight.core.decide.scheduling import PodPlacement, as_daemon, unschedulable_reason
 from image_preflight.core.decide.workloads import ContainerImage, container_images
+
+if TYPE_CHECKING:  # numpy is loaded by the first placement found, not by the faces that only parse flags
+    import numpy as np
 
 
 
@@ -134,6 +136,8 @@ def _eligible_at(placement: PodPlacement, inventory: Inventory, earlier: Eligibl
                  changed: Collection[int]) -> Eligible:
     """The placement's Eligible: `earlier`'s with the nodes at `changed` filtered again, or every
     node filtered (earlier None)."""
+    import numpy as np
+
     nodes = inventory.nodes
     codes = np.full(len(nodes), -1, dtype=np.int32)
     said: list[str] = []

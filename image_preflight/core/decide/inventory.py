@@ -5,13 +5,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from image_preflight.core.decide import holders
 from image_preflight.core.decide.memory import Memory
 from image_preflight.core.decide.references import InvalidReference, docker_ref, is_valid_digest
 from image_preflight.core.decide.runtime_classes import RuntimeClassScheduling
 from image_preflight.core.decide.scheduling import NodeTraits
+
+if TYPE_CHECKING:  # holders.py needs numpy, which the faces that only read flags should not load
+    from image_preflight.core.decide.holders import HolderIndex
 
 DEFAULT_MAX_IMAGES = 50  # KubeletConfiguration.nodeStatusMaxImages
 # How far ahead of a reader's clock a node's list may say it was observed and still count: node
@@ -174,11 +176,13 @@ class Inventory:
         self.runtime_classes: Mapping[str, RuntimeClassScheduling] = dict(runtime_classes or {})
         self._by_name: Mapping[str, NodeImages] = {n.node: n for n in self.nodes}
         self.memory = Memory()
-        self._index: holders.HolderIndex | None = None
+        self._index: HolderIndex | None = None
 
-    def holder_index(self) -> holders.HolderIndex | None:
+    def holder_index(self) -> HolderIndex | None:
         """The index of which nodes hold each name (image_preflight.core.decide.holders), built on
         first use; None for an inventory too small to need one."""
+        from image_preflight.core.decide import holders
+
         if len(self.nodes) < holders.INDEXED_FROM:
             return None
         if self._index is None or self._index.stale:

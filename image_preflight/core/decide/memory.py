@@ -108,11 +108,13 @@ class Memory:
         taint added or lifted at 5,000 nodes costs the next review one node's filters, not 5,000)."""
         changed = frozenset(places)
         memory = Memory()
-        for placement, (found, before) in self.earlier.items():
-            if placement not in self.placements and len(before) + len(changed) <= MOVED_PLACES:
+        # Copies to walk: requests still find placements on the inventory being replaced, adding to them.
+        placements = dict(self.placements)
+        for placement, (found, before) in list(self.earlier.items()):
+            if placement not in placements and len(before) + len(changed) <= MOVED_PLACES:
                 memory.earlier[placement] = (found, before | changed)
         if len(changed) <= MOVED_PLACES:
-            for placement, found in self.placements.items():
+            for placement, found in placements.items():
                 memory.earlier[placement] = (found, changed)
         return memory
 
