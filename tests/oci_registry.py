@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 from tests.chart import CHART, helm_binary
-from tests.controlplane.cluster import free_port, wait_for
+from tests.controlplane.cluster import free_port, terminate, wait_for
 from tests.controlplane.pki import Authority
 from tests.needs import unavailable
 from tests.release import ROOT
@@ -88,14 +88,7 @@ class Registry:
             return json.loads(answer.read()), dict(answer.headers)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
+        terminate(self.process)
 
 def readme_block(marker: str = "helm push") -> str:
     """The chart README's ```sh block holding `marker`: how it says to publish the chart."""

@@ -239,8 +239,9 @@ def _decide_images(images: Sequence[ContainerImage], placement: PodPlacement, in
     eligible = _eligible(placement, inventory)
     nodes = inventory.nodes
     reporting = [nodes[place] for place in eligible.reporting]
-    blocked = tuple((n.node, image) for n in reporting if (image := n.lacks_sandbox(now)) is not None)
-    halted = frozenset(place for place in eligible.reporting if nodes[place].lacks_sandbox(now) is not None)
+    lacking = [(place, image) for place in eligible.reporting if (image := nodes[place].lacks_sandbox(now)) is not None]
+    blocked = tuple((nodes[place].node, image) for place, image in lacking)
+    halted = frozenset(place for place, _ in lacking)
     per_image = REQUIRE_ALL if require == REQUIRE_ONE_NODE else require
     consulted = list(reporting)
     verdicts = tuple(_verdict(image, inventory, eligible, per_image, now, halted, consulted) for image in images)
