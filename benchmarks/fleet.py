@@ -95,6 +95,7 @@ FLEET_LABEL = "image-preflight.bench/fleet"
 SANDBOX_IMAGE = "registry.k8s.io/pause:3.10.1"
 LEASE_S = 300  # the agent's --lease default (agent/config.py): the renewal period rates are given at
 KWOK_LEASE_S = 40  # the kubelet's nodeLeaseDurationSeconds; kwok renews every quarter of it
+NODE_MONITOR_GRACE_S = 50  # kube-controller-manager's --node-monitor-grace-period default
 PODS_NAMESPACE = "fleet"
 NODES_READY_DEADLINE_S = 120.0
 SERVE_READY_DEADLINE_S = 600.0
@@ -203,14 +204,20 @@ class FleetControlPlane(ControlPlane):
     controller-manager and the scheduler may send 100 requests a second, as kwokctl runs them for
     large fake clusters (its disableQPSLimits) and Kubernetes' 5,000-node scalability tests run
     the controller-manager: at client-go's default of 20, tainting and untainting thousands of new
-    nodes takes most of the run."""
+    nodes takes most of the run. The node lifecycle controller waits five renewal periods of the
+    nodes' Leases before it calls a node NotReady (its default 50 s against a kubelet's 10 s):
+    with a longer --kwok-lease, at the default it would taint nodes that are renewing on time,
+    and every such taint is a Node change that the webhook's placements read."""
 
-    def __init__(self, folder: Path, *, lease_heartbeat: bool, tracing_endpoint: str | None = None) -> None:
+    def __init__(self, folder: Path, *, lease_heartbeat: bool, node_lease_s: int = KWOK_LEASE_S,
+                 tracing_endpoint: str | None = None) -> None:
         self.lease_heartbeat = lease_heartbeat
         super().__init__(folder, tracing_endpoint=tracing_endpoint)
         self.apiserver.args.append("--etcd-compaction-interval=0")
         for process in (self.controller_manager, self.scheduler):
             process.args.extend(["--kube-api-qps=100", "--kube-api-burst=200"])
+        grace_s = max(NODE_MONITOR_GRACE_S, 5 * node_lease_s // 4)
+        self.controller_manager.args.append(f"--node-monitor-grace-period={grace_s}s")
 
     def _heartbeat_loop(self) -> None:
         if self.lease_heartbeat:
@@ -695,7 +702,9 @@ def run(args: argparse.Namespace, work: Path) -> dict:
     folder, why = (None, "--no-kwok") if args.no_kwok else kwok_folder()
     result["kwok"] = str(folder) if folder else f"not used: {why}"
     receiver = SpanReceiver(names=frozenset({WEBHOOK_SPAN, "Create"})).start()
-    plane = FleetControlPlane(work / "cp", lease_heartbeat=folder is None, tracing_endpoint=receiver.endpoint)
+    plane = FleetControlPlane(work / "cp", lease_heartbeat=folder is None,
+                              node_lease_s=args.kwok_lease if folder else KWOK_LEASE_S,
+                              tracing_endpoint=receiver.endpoint)
     kwok: Process | None = None
     served: ServedWebhook | None = None
     watch: Watch | None = None
