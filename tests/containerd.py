@@ -117,13 +117,15 @@ _HOST_FIELD = re.compile(r'\b(?:host|url)="?(?:https?://)?([^/"\s]+)')
 _NETWORK_ERROR = re.compile(r"\blookup [^ ]+ on |\bdial tcp ")
 
 
-def outside_requests(log: str, stub: str) -> list[str]:
-    """The lines of a containerd log that reached for any address but `stub` (host:port)."""
+def outside_requests(log: str, stub: str, *allowed: str) -> list[str]:
+    """The lines of a containerd log that reached for any address but `stub` and the `allowed`
+    registries (host:port): the test's own."""
+    ours = {stub, *allowed}
     found = []
     for line in log.splitlines():
         asked = ("resolving" in line or "request" in line or "fetch" in line) and any(
-            host != stub for host in _HOST_FIELD.findall(line))
-        if asked or (_NETWORK_ERROR.search(line) and stub not in line):
+            host not in ours for host in _HOST_FIELD.findall(line))
+        if asked or (_NETWORK_ERROR.search(line) and not any(host in line for host in ours)):
             found.append(line)
     return found
 _MANIFEST = "application/vnd.oci.image.manifest.v1+json"

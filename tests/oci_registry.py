@@ -1,6 +1,7 @@
 """distribution's registry (github.com/distribution/distribution/v3, built by
-tests/controlplane/registry/build) serving TLS of a CA of the test's own on a loopback address:
-where the tests push the chart as an OCI artifact and pull it back, as users of a registry do.
+tests/controlplane/registry/build) serving TLS of a CA of the test's own on a loopback address,
+or on the host side of the real node's veth: where the tests push the chart as an OCI artifact and
+the image built from the Dockerfile, and pull them back, as users of a registry do.
 
 Nothing it holds leaves the machine: it stores in a folder of the test's, and asks no one.
 """
@@ -88,7 +89,26 @@ class Registry:
             return json.loads(answer.read()), dict(answer.headers)
 
     def stop(self) -> None:
+        """Stopped; start() serves the same storage on the same address again."""
         terminate(self.process)
+        self.process = None
+
+    def push_archive(self, archive: Path, reference: str) -> None:
+        """The one image of an OCI archive pushed as `reference` (<host>/<path>:<tag>), as
+        `docker push` would: skopeo copies it, trusting this registry's CA and no one else's
+        signature policy (a policy file of its own accepts the unsigned image)."""
+        skopeo = shutil.which("skopeo")
+        if skopeo is None:
+            unavailable("skopeo is not on PATH (Debian's skopeo; .ci/run installs it)")
+        certs = self.folder / "skopeo-certs"
+        certs.mkdir(exist_ok=True)
+        shutil.copy(self.ca, certs / "ca.crt")  # containers-certs.d(5): each *.crt a CA
+        policy = self.folder / "policy.json"
+        policy.write_text(json.dumps({"default": [{"type": "insecureAcceptAnything"}]}))
+        done = subprocess.run([skopeo, "--policy", str(policy), "copy", "--quiet", "--dest-cert-dir", str(certs),
+                               f"oci-archive:{archive}", f"docker://{reference}"],
+                              capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, f"skopeo copy to {reference} exited {done.returncode}: {done.stderr}"
 
 def readme_block(marker: str = "helm push") -> str:
     """The chart README's ```sh block holding `marker`: how it says to publish the chart."""

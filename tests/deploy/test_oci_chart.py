@@ -2,7 +2,7 @@
 (distribution's, tests/oci_registry.py, over TLS), and read back from `oci://` by Helm 3 and Helm 4
 as the same chart; and the annotations chart indexes read (Artifact Hub) say what the chart holds.
 
-Installing from `oci://` on a cluster is the quickstart's (tests/cluster/test_quickstart.py).
+Installing from `oci://` on a cluster is the quickstart's (tests/cluster/test_real_node_chart.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The chart installed on the real node as docs/quickstart.md tells a user, every block of the page
-run as printed (tests/node/quickstart.py): the image built from the Dockerfile and imported with
-ctr, `helm install`, `helm test`, the rollouts' namespace opted in, the datasets scanned against the
-cluster and the needed list written; then what the tests do with that install.
+run as printed (tests/node/quickstart.py): the image built from the Dockerfile and pushed to a
+registry, the chart packaged and pushed beside it, `helm install` from `oci://` with the node's
+containerd pulling the image, `helm test`, the rollouts' namespace opted in, the datasets scanned
+against the cluster and the needed list written; then what the tests do with that install.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from tests.chart import AGENT_NAMESPACE, NAMESPACE, RELEASE
 from tests.builders.stalls import ENFORCE_LABEL
 from tests.controlplane.cluster import NODEIMAGES_CRD, ControlPlane, create_node, new_namespace, wait_for
 from tests.needs import record_figures
-from tests.node import quickstart
+from tests.node import netns, quickstart
 from tests.node.real_node import RealNode
+from tests.oci_registry import Registry
+from tests.release import VERSION
 
 TEST_NAMESPACE = "image-preflight-test"
 SERVICE_NAME = "image-preflight.image-preflight.svc"
@@ -37,6 +40,7 @@ DENIED = 'admission webhook "validate.image-preflight.io" denied the request: in
 GPU_NODE = "gpu-node-1"  # the page's GPU_NODE
 ROLLOUTS = "rollouts"  # the page's AGL_NAMESPACE
 ROLLOUT_TIMEOUT = "110s"  # within kubectl()'s own 120 s
+REGISTRY_PATH = "ml-infra"  # the page's REGISTRY is <the registry's host>/<this>
 # agent-lightning's examples/swe_smith files, as the page names them: the template it ships, and
 # this repository's example rows in place of its datasets.
 AGL_FILES = {"job-template-openai.yaml": TEMPLATE, "train_dataset_mixed.jsonl": EXAMPLE / "train.jsonl",
@@ -54,12 +58,18 @@ class Installed:
     node: RealNode
     clone: Path  # the repository's clone the page runs in
     terminal: quickstart.Terminal
+    registry: Registry
     namespaces: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)  # what each of the page's blocks printed
 
     @property
     def home(self) -> Path:
         return self.clone.parent
+
+    @property
+    def image(self) -> str:
+        """The image the page pushed and the chart runs: what the kubelet pulled."""
+        return f"{self.registry.host}/{REGISTRY_PATH}/image-preflight:{VERSION}"
 
     @property
     def plane(self) -> ControlPlane:
@@ -203,6 +213,16 @@ class AdmissionStream:
     def wait_count(self, count: int, timeout_s: float = 60.0) -> None:
         wait_for(lambda: self.total >= count, f"{count} creations streamed", timeout_s=timeout_s)
 
+    def wait_more(self, count: int = 20) -> None:
+        """`count` more creations than so far: the stream goes on after what happened."""
+        self.wait_count(self.total + count)
+
+    def assert_every_answer_right(self, at_least: int = 20) -> None:
+        """No creation failed, no absent image admitted, and more than `at_least` of each answer."""
+        assert not self.failed, self.failed[:5]
+        assert not self.unchecked, self.unchecked[:5]
+        assert self.admitted > at_least and self.denied > at_least, (self.admitted, self.denied)
+
 
 # What a chart applied without Helm (tests/chart.apply) leaves cluster-wide: Helm refuses to
 # install over objects it does not own.
@@ -242,20 +262,28 @@ def installed(real_node, preflight_image, tmp_path_factory) -> Iterator[Installe
     """docs/quickstart.md run from its first block to the end of step 8, on the real node."""
     plane = real_node.plane
     clean_slate(plane)
-    clone = quickstart.workspace(tmp_path_factory.mktemp("installed"), preflight_image.archive, AGL_FILES)
+    folder = tmp_path_factory.mktemp("installed")
+    # The user's registry, which their nodes pull from: the host side of the node's veth.
+    registry = Registry(folder / "registry", address=netns.HOST_ADDRESS).start()
+    real_node.trust_registry(registry.host, registry.ca)
+    clone = quickstart.workspace(folder, AGL_FILES)
     run_sh = clone.parent / quickstart.AGL_EXAMPLE / "run.sh"
     run_sh.write_text(RUN_SH)
     run_sh.chmod(0o755)
     binaries = Path(shutil.which("kubectl") or "kubectl").parent
     env = quickstart.environment(clone.parent, kubeconfig=plane.kubeconfig, containerd_socket=real_node.socket,
-                                 path_first=[binaries / "containerd", Path(sys.executable).parent])
-    installation = Installed(real_node, clone, quickstart.Terminal(clone, env, {"CRI_SOCKET": str(real_node.socket)}))
-    # What the user's cluster holds before step 1: a GPU node (its kubelet is not here: an API
-    # object, which the lifecycle controller soon marks unreachable), and the rollout images the
-    # CPU node built.
-    create_node(plane, GPU_NODE, taints=[])
-    real_node.import_images(held_images())
+                                 path_first=[binaries / "containerd", Path(sys.executable).parent],
+                                 trusted_ca=registry.ca)
+    values = {"CRI_SOCKET": str(real_node.socket), "REGISTRY": f"{registry.host}/{REGISTRY_PATH}"}
+    installation = Installed(real_node, clone, quickstart.Terminal(clone, env, values), registry)
     try:
+        # The page's `docker build` and `docker push`: the same Dockerfile's build, pushed.
+        registry.push_archive(preflight_image.archive, installation.image)
+        # What the user's cluster holds before step 1: a GPU node (its kubelet is not here: an API
+        # object, which the lifecycle controller soon marks unreachable), and the rollout images the
+        # CPU node built.
+        create_node(plane, GPU_NODE, taints=[])
+        real_node.import_images(held_images())
         try:
             start = time.monotonic()
             installation.outputs = [installation.terminal.block(b) for b in quickstart.blocks()
@@ -273,3 +301,4 @@ def installed(real_node, preflight_image, tmp_path_factory) -> Iterator[Installe
         subprocess.run(["helm", "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait",
                         f"--kubeconfig={plane.kubeconfig}"], capture_output=True, check=False, timeout=300)
         clean_slate(plane)
+        registry.stop()

@@ -1,18 +1,21 @@
 """docs/quickstart.md as a test runs it: every ```sh block, in order, in bash, as printed.
 
 The blocks run in a workspace that holds what a user's machine holds: a clone of the repository
-(its chart, examples and Dockerfile), the image archive step 2 writes, and `~/agent-lightning`, a
-checkout of agent-lightning's SWE-smith example (its template, and the repository's example rows
-under agent-lightning's file names). HOME is the workspace, so the page's `~/agent-lightning` is
-that checkout and no value needs replacing. `kubectl` and `helm` are the ones built with the control
-plane and talk to the real node's cluster ($KUBECONFIG); `ctr` is the node's containerd's
-($CONTAINERD_ADDRESS); `image-preflight` is the test's own install.
+(its chart, examples and Dockerfile) and `~/agent-lightning`, a checkout of agent-lightning's
+SWE-smith example (its template, and the repository's example rows under agent-lightning's file
+names). HOME is the workspace, so the page's `~/agent-lightning` is that checkout. `kubectl` and
+`helm` are the ones built with the control plane and talk to the real node's cluster
+($KUBECONFIG); `ctr` is the node's containerd's ($CONTAINERD_ADDRESS); `image-preflight` is the
+test's own install. The page's registry is the test's own (tests/oci_registry.py), whose CA the
+terminal trusts as the system's (SSL_CERT_FILE, which Helm's Go TLS reads) and the node's
+containerd as a registry's (tests/node/real_node.py, trust_registry).
 
 The page's values are exported in its first block; the test replaces only those it cannot know
-the user's answer to, each named in PLACEHOLDERS with why. Exports carry from one block to the next, as in one terminal. A block followed by a ```text block
-is a command the page shows failing: it must exit non-zero and print that text, `...` standing for
-what differs between clusters. The lines the test does not run are in SUBSTITUTED, each with why
-and with what the test does instead.
+the user's answer to, each named in PLACEHOLDERS with why. Exports carry from one block to the
+next, as in one terminal. A block followed by a ```text block is a command the page shows
+failing: it must exit non-zero and print that text, `...` standing for what differs between
+clusters. The lines the test does not run are in SUBSTITUTED, each with why and with what the
+test does instead.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.release import IMAGE, IMAGE_NAME
+from tests.release import VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "quickstart.md"
@@ -33,20 +36,23 @@ AGL_EXAMPLE = Path("agent-lightning") / "examples" / "swe_smith"
 
 # Printed on the page, not run here; what the test does instead.
 SUBSTITUTED = {
-    f"docker build -t {IMAGE} .":
-        "no Docker engine and no registry here: tests/node/preflight_image.py builds the same Dockerfile "
-        "with buildah --pull=never from local inputs, and the workspace holds its archive",
-    f"docker save {IMAGE} -o image-preflight.tar":
-        f"the workspace holds that build's archive as image-preflight.tar, named {IMAGE_NAME}",
+    f'docker build -t "$REGISTRY/image-preflight:{VERSION}" .':
+        "no Docker engine here: tests/node/preflight_image.py builds the same Dockerfile with buildah "
+        "--pull=never from local inputs",
+    f'docker push "$REGISTRY/image-preflight:{VERSION}"':
+        "skopeo pushes that build's OCI archive to $REGISTRY before the page runs (tests/node/installed.py)",
     "pip install '.[kube]'":
         "installing would reach PyPI: the test's own virtualenv has the kube extra",
 }
 
 
-# The page's exported values the test gives its own: the real node is not where a user's node has it.
+# The page's exported values the test gives its own: the real node is not where a user's node has
+# it, and the user's registry is not here.
 PLACEHOLDERS = {
     "CRI_SOCKET": "the real node's containerd listens in its own folder (tests/node/real_node.py), as a "
                   "k3s node does elsewhere than the default",
+    "REGISTRY": "distribution's registry on the host side of the node's veth (tests/oci_registry.py), "
+                "its TLS of a CA of the test's own",
 }
 
 
@@ -118,13 +124,12 @@ class Terminal:
         return output
 
 
-def workspace(folder: Path, archive: Path, agl_files: dict[str, Path]) -> Path:
-    """The user's machine: the clone, the image archive, and ~/agent-lightning."""
+def workspace(folder: Path, agl_files: dict[str, Path]) -> Path:
+    """The user's machine: the clone and ~/agent-lightning."""
     home = folder / "quickstart"
     clone = home / "image-preflight"
     for part in ("deploy", "examples", "docs"):
         shutil.copytree(ROOT / part, clone / part)
-    shutil.copy(archive, clone / "image-preflight.tar")
     example = home / AGL_EXAMPLE
     example.mkdir(parents=True)
     for name, source in agl_files.items():
@@ -132,7 +137,8 @@ def workspace(folder: Path, archive: Path, agl_files: dict[str, Path]) -> Path:
     return clone
 
 
-def environment(home: Path, *, kubeconfig: Path, containerd_socket: Path, path_first: list[Path]) -> dict[str, str]:
+def environment(home: Path, *, kubeconfig: Path, containerd_socket: Path, path_first: list[Path],
+                trusted_ca: Path) -> dict[str, str]:
     return {"HOME": str(home), "KUBECONFIG": str(kubeconfig), "CONTAINERD_ADDRESS": str(containerd_socket),
             "PATH": os.pathsep.join([*map(str, path_first), os.environ["PATH"]]), "LANG": "C.UTF-8",
-            "NO_COLOR": "1"}
+            "NO_COLOR": "1", "SSL_CERT_FILE": str(trusted_ca)}

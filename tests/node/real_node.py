@@ -12,7 +12,8 @@ The `kubernetes` Service's endpoint is the relay to the apiserver on the host si
 host routes the Service and Pod subnets to the node, and the apiserver's cluster egress dials
 them as they are: a webhook Service's ClusterIP reaches its Pods through the node's kube-proxy. Teardown restores what
 the kubelet changes on the host, checks that nothing is left behind, and fails the run when
-containerd dialled or resolved anything but the stub.
+containerd dialled or resolved anything but the stub, or a registry of the test's own that
+it was told to trust (RealNode.trust_registry).
 """
 
 from __future__ import annotations
@@ -128,6 +129,15 @@ server = "http://127.0.0.1:{port}"
   skip_verify = true
 """
 
+# A registry of the test's own (tests/oci_registry.py), the one host besides the stub.
+_REGISTRY_HOSTS_TOML = """\
+server = "https://{host}"
+
+[host."https://{host}"]
+  capabilities = ["pull", "resolve"]
+  ca = "{ca}"
+"""
+
 
 def missing_parts() -> str | None:
     """Why a real node cannot start here, or None."""
@@ -217,6 +227,7 @@ class RealNode:
         self._sysctls = _read_sysctls()
         self._had = {path: path.exists() for path in (CONTAINER_LOG_LINKS, RUN_CONTAINERD, AGL_LOGS)}
         self.registry_port = 0
+        self.trusted: list[str] = []  # registries of the test's own it may pull from (trust_registry)
         self.imagefs = self.dir / "imagefs"  # the mount point; containerd's root is in it
         self._imagefs_file = self.dir / "imagefs.ext4"
 
@@ -530,7 +541,16 @@ class RealNode:
         """containerd's log lines that resolved or dialled anything but the stub registry."""
         log = self.dir / "containerd.log"
         text = log.read_text(errors="replace") if log.exists() else ""
-        return outside_requests(text, f"127.0.0.1:{self.registry_port}")
+        return outside_requests(text, f"127.0.0.1:{self.registry_port}", *self.trusted)
+
+    def trust_registry(self, host: str, ca: Path) -> None:
+        """Pull from the registry at `host` (host:port, on the host side of the veth) over TLS of
+        `ca`, as a node configured for a cluster's own registry does (containerd's
+        certs.d/<host>/hosts.toml; read at each pull, so no restart). Every other host stays the stub."""
+        folder = self.dir / "certs.d" / host
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "hosts.toml").write_text(_REGISTRY_HOSTS_TOML.format(host=host, ca=ca))
+        self.trusted.append(host)
 
     # --- teardown parts ------------------------------------------------------------------------------
 

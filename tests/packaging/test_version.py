@@ -11,8 +11,10 @@ import yaml
 from tests.release import ROOT, VERSION
 
 CHART = ROOT / "deploy" / "chart" / "image-preflight"
-# Where a user reads or copies the version: the image's name and tag, the archive's name.
-PRINTED = re.compile(r"image[-_]preflight[:\-](\d+\.\d+\.\d+)\b|^\s*tag: (\d+\.\d+\.\d+)", re.M)
+# Where a user reads or copies the version: the image's name and tag, the archive's and the
+# chart package's names, the chart version `helm install` asks for.
+PRINTED = re.compile(r"image[-_]preflight[:\-](\d+\.\d+\.\d+)\b|^\s*tag: (\d+\.\d+\.\d+)|--version (\d+\.\d+\.\d+)\b",
+                     re.M)
 
 
 def _printed() -> dict[str, set[str]]:
@@ -21,7 +23,7 @@ def _printed() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for path in places:
         for match in PRINTED.finditer(path.read_text(encoding="utf-8")):
-            found.setdefault(match.group(1) or match.group(2), set()).add(str(path.relative_to(ROOT)))
+            found.setdefault(next(g for g in match.groups() if g), set()).add(str(path.relative_to(ROOT)))
     return found
 
 
