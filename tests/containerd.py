@@ -19,6 +19,7 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import grpc
 import pytest
@@ -117,6 +118,17 @@ _HOST_FIELD = re.compile(r'\b(?:host|url)="?(?:https?://)?([^/"\s]+)')
 _NETWORK_ERROR = re.compile(r"\blookup [^ ]+ on |\bdial tcp ")
 
 
+def write_hosts_toml(certs_d: Path, host: str, server: str, *, ca: Path | None = None,
+                     skip_verify: bool = False) -> None:
+    """containerd's `certs.d/<host>/hosts.toml` (docs/hosts.md): every pull and resolve of `host`
+    goes to `server` (scheme://host:port) alone, trusting `ca` when given."""
+    folder = certs_d / host
+    folder.mkdir(parents=True, exist_ok=True)
+    trust = f'  ca = "{ca}"\n' if ca else "  skip_verify = true\n" if skip_verify else ""
+    (folder / "hosts.toml").write_text(f'server = "{server}"\n\n[host."{server}"]\n'
+                                       f'  capabilities = ["pull", "resolve"]\n{trust}', encoding="utf-8")
+
+
 def outside_requests(log: str, stub: str, *allowed: str) -> list[str]:
     """The lines of a containerd log that reached for any address but `stub` and the `allowed`
     registries (host:port): the test's own."""
@@ -176,13 +188,10 @@ class Containerd:
     def _write_hosts(self) -> str:
         # `_default` for 2.x; the registries the tests' images name, for 1.6, which reads only a
         # host's own folder.
+        certs_d = Path(self.dir) / "certs.d"
         for host in ("_default", "docker.io", "registry.k8s.io"):
-            hosts = os.path.join(self.dir, "certs.d", host)
-            os.makedirs(hosts)
-            with open(os.path.join(hosts, "hosts.toml"), "w", encoding="utf-8") as f:
-                f.write(f'server = "http://{STUB_REGISTRY}"\n\n[host."http://{STUB_REGISTRY}"]\n'
-                        '  capabilities = ["pull", "resolve"]\n')
-        return os.path.join(self.dir, "certs.d")
+            write_hosts_toml(certs_d, host, f"http://{STUB_REGISTRY}")
+        return str(certs_d)
 
     def start(self) -> None:
         if self._proc is not None:

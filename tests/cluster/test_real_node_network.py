@@ -31,6 +31,21 @@ def test_a_lookup_or_a_dial_elsewhere_is_caught():
     assert outside_requests(lookup, STUB) == [lookup]
 
 
+def test_the_registry_a_node_trusts_passes_and_every_other_host_is_still_caught():
+    """RealNode.trust_registry: the quickstart's registry, pulled from and, while the doctor test
+    has it down, refused; anything else as before."""
+    registry = "10.201.0.1:41234"
+    pulled = (f'time="2026-12-07T00:00:00Z" level=debug msg=resolving host="{registry}" method=HEAD '
+              f'url="https://{registry}/v2/ml-infra/image-preflight/manifests/0.2.0"\n')
+    down = (f'time="2026-12-07T00:00:00Z" level=info msg="trying next host" error="failed to do request: Head '
+            f'\\"https://{registry}/v2/ml-infra/image-preflight/manifests/0.2.0\\": dial tcp {registry}: '
+            f'connect: connection refused" host="{registry}"\n')
+    elsewhere = ('time="2026-12-07T00:00:00Z" level=debug msg=resolving host=registry-1.docker.io method=HEAD '
+                 'url="https://registry-1.docker.io/v2/library/busybox/manifests/latest"')
+    assert outside_requests(STUB_LINES + pulled + down, STUB, registry) == []
+    assert outside_requests(STUB_LINES + pulled + down + elsewhere, STUB, registry) == [elsewhere]
+    assert outside_requests(pulled, STUB) == [pulled.rstrip("\n")]
+
 
 def test_a_throwaway_containerd_fails_its_close_on_any_host_but_its_stub(containerd):
     stub = f'time="2026-12-03T00:00:00Z" level=debug msg=resolving host="{STUB_REGISTRY}" method=HEAD\n'

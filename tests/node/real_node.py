@@ -49,7 +49,7 @@ from tests.controlplane.cluster import (
 from image_preflight.agent.cri import ImageClient
 from tests.controlplane.network import TcpRelay
 from tests.node import netns
-from tests.containerd import outside_requests
+from tests.containerd import outside_requests, write_hosts_toml
 from tests.needs import unavailable
 from tests.node.images import PAUSE_NAME, busybox_missing, write_images
 
@@ -118,24 +118,6 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 [plugins."io.containerd.grpc.v1.cri"]
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
-"""
-
-_HOSTS_TOML = """\
-# Every registry host, including the default one, is this stub: nothing is pulled from outside.
-server = "http://127.0.0.1:{port}"
-
-[host."http://127.0.0.1:{port}"]
-  capabilities = ["pull", "resolve"]
-  skip_verify = true
-"""
-
-# A registry of the test's own (tests/oci_registry.py), the one host besides the stub.
-_REGISTRY_HOSTS_TOML = """\
-server = "https://{host}"
-
-[host."https://{host}"]
-  capabilities = ["pull", "resolve"]
-  ca = "{ca}"
 """
 
 
@@ -333,8 +315,8 @@ class RealNode:
     def _start_containerd(self) -> None:
         assert self.network is not None
         hosts = self.dir / "certs.d"
-        (hosts / "_default").mkdir(parents=True)
-        (hosts / "_default" / "hosts.toml").write_text(_HOSTS_TOML.format(port=self.registry_port))
+        # Every registry host, the default one too, is the stub: nothing is pulled from outside.
+        write_hosts_toml(hosts, "_default", f"http://127.0.0.1:{self.registry_port}", skip_verify=True)
         cni_conf = self.dir / "cni"
         cni_conf.mkdir()
         (cni_conf / "10-node.conflist").write_text(json.dumps({
@@ -547,9 +529,7 @@ class RealNode:
         """Pull from the registry at `host` (host:port, on the host side of the veth) over TLS of
         `ca`, as a node configured for a cluster's own registry does (containerd's
         certs.d/<host>/hosts.toml; read at each pull, so no restart). Every other host stays the stub."""
-        folder = self.dir / "certs.d" / host
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "hosts.toml").write_text(_REGISTRY_HOSTS_TOML.format(host=host, ca=ca))
+        write_hosts_toml(self.dir / "certs.d", host, f"https://{host}", ca=ca)
         self.trusted.append(host)
 
     # --- teardown parts ------------------------------------------------------------------------------
