@@ -40,7 +40,10 @@ runtime list in it, renewed by rewriting it; --form hashes: the same object with
    gauges), its RSS, two decisions to show it holds the lists, and a list changed on one node
    timed to the decision that needs it. The webhook's call as the apiserver's tracing spans time
    it (--spans seconds of Jobs, dryRun): on the fleet, and on its first 3 nodes before the rest
-   exist (their lists then deleted, so that round 1 writes every list as on a new cluster).
+   exist (their lists then deleted, so that round 1 writes every list as on a new cluster). In
+   both phases every third Job goes to a reference serve deciding from a file of those 3 nodes'
+   lists (fleet_faces.Reference): the same call on 3 nodes at the same moments, the baseline that
+   the fleet's load on this machine (its control plane, kwok) slows as much as the webhook's.
 5. `inventory dump`, `doctor` and `scan` (of a 6,343-row dataset, from the cluster and from the
    dump) against the whole fleet, each as a process: wall time, CPU, peak RSS.
 
@@ -81,8 +84,8 @@ from image_preflight.agent.inventory import fingerprint, image_dicts, sandbox_im
 from image_preflight.agent.publisher import Publisher  # noqa: E402
 from image_preflight.core.sources.runtime_lists import (  # noqa: E402
     AGENT_NAMESPACE, GROUP, LEASE_GROUP, LEASE_PLURAL, LEASE_VERSION, PLURAL, RENEW_WHEN_REMAINING, VERSION,
-    lease_object)
-from benchmarks.fleet_faces import JUDGED_NAMESPACE, Webhook, job_spans, timed_command  # noqa: E402
+    image_hashes, lease_object, runtime_object)
+from benchmarks.fleet_faces import JUDGED_NAMESPACE, Reference, Webhook, job_spans, timed_command  # noqa: E402
 from tests.controlplane.tracing import WEBHOOK_SPAN, SpanReceiver  # noqa: E402
 from tests.controlplane.webhook import ServedWebhook  # noqa: E402
 from tests.serving import ServiceConnection, client_context  # noqa: E402
@@ -658,6 +661,28 @@ def change_to_decision(form, index: int, sets: list[np.ndarray], images: list[Ru
     return None
 
 
+def timed_calls(plane: ControlPlane, receiver: SpanReceiver, served: ServedWebhook, reference: Reference,
+                form, images: list[RuntimeImage], sets: list[np.ndarray], names: list[str], *,
+                seconds: float, label: str) -> dict:
+    """job_spans of `served` beside a reference serve deciding from the first BASELINE_NODES
+    nodes' lists, written for it now as their agents publish them."""
+    items = []
+    for index in range(min(BASELINE_NODES, len(sets))):
+        listed, spec = agent_listing(images, sets[index], index)
+        items.append(runtime_object(node_name(index), listed, observed_at=time.time(), lease_seconds=form.lease_s,
+                                    sandbox_image=spec["sandboxImage"],
+                                    hashes=image_hashes(listed) if form.name == "hashes" else None))
+    snapshot = reference.work / f"reference-{label}.json"
+    snapshot.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    served_reference = reference.serve(snapshot)
+    served_reference.start(timeout_s=SERVE_READY_DEADLINE_S)
+    try:
+        return job_spans(plane, receiver, served, served_reference, names, seconds=seconds, rate=SPAN_RATE,
+                         label=label)
+    finally:
+        served_reference.stop()
+
+
 DATASET_ROWS = 6343  # the training set of the run in the README
 
 
@@ -718,6 +743,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         result["control_plane_start_s"] = time.monotonic() - start
         apply_service_accounts(plane)  # the chart's NodeImages CRD, namespaces, ServiceAccounts and roles
         webhook = Webhook(plane, work)  # and its webhook configuration, judging one namespace's Jobs
+        reference = Reference(plane, work)  # the same again for the reference serve, judging another
         # One client for all the writers (each node's agent has its own; the requests are the same):
         # its pool holds 5 connections per CPU, more than --workers use at once.
         form = FORMS[args.form](plane, plane.api_client(), args.nodes, lease_s=args.lease)
@@ -735,8 +761,8 @@ def run(args: argparse.Namespace, work: Path) -> dict:
         if args.spans:
             served = webhook.serve()
             served.start(timeout_s=SERVE_READY_DEADLINE_S)
-            result["spans"] = {"baseline_nodes": first, "baseline": job_spans(
-                plane, receiver, served, widest, seconds=args.spans, rate=SPAN_RATE, label="small")}
+            result["spans"] = {"baseline_nodes": first, "baseline": timed_calls(
+                plane, receiver, served, reference, form, images, sets, widest, seconds=args.spans, label="small")}
             served.stop()
             served = None
         for index in range(first):  # every list is written in round 1 below, as on a new cluster
@@ -832,8 +858,8 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                     "change_to_decision_s": change_to_decision(form, holders[0], sets, images, port, ca),
                 }
                 if args.spans:
-                    result["spans"]["fleet"] = job_spans(plane, receiver, served, widest, seconds=args.spans,
-                                                         rate=SPAN_RATE, label="fleet")
+                    result["spans"]["fleet"] = timed_calls(plane, receiver, served, reference, form, images, sets,
+                                                           widest, seconds=args.spans, label="fleet")
                 if args.commands:
                     result["commands"] = commands_at_size(plane, work, images, sets[0], served.port, rng)
                 # What renewals cost serve: one more round while it watches (due a renewal period on,
@@ -974,6 +1000,16 @@ def differences(result: dict) -> dict:
     return out
 
 
+def milliseconds(sample: dict, name: str) -> str:
+    """A call's p50 / p90 / p99 in ms, from job_spans' figures."""
+    return " / ".join(f"{sample[f'{name}_p{q}_s'] * 1e3:.1f}" for q in (50, 90, 99)) + " ms"
+
+
+def over(sample: dict) -> str:
+    """The webhook's call over the reference's, at p50 / p90 / p99."""
+    return " / ".join(f"{sample[f'webhook_p{q}_s'] / sample[f'reference_p{q}_s']:.2f}" for q in (50, 90, 99))
+
+
 def report(result: dict) -> str:
     lines = [f"form {result['form']}; fleet: {result['nodes']:,} nodes x {result['images_per_node']:,} images "
              f"(catalogue {result['catalogue']:,}, zipf {result['zipf']}, digests {result['digests']}); "
@@ -1046,12 +1082,15 @@ def report(result: dict) -> str:
         if when in spans:
             sp = spans[when]
             lines.append(f"Jobs at {sp['rate']:g}/s, dryRun, on {label}: {sp['answers']}; the apiserver's spans: webhook call "
-                         f"p50 / p99 {sp['webhook_p50_s'] * 1e3:.1f} / {sp['webhook_p99_s'] * 1e3:.1f} ms "
-                         f"({sp['calls']} of {sp['judged_jobs']} judged Jobs); Create, judged "
+                         f"p50 / p90 / p99 {milliseconds(sp, 'webhook')} ({sp['calls']} of {sp['judged_jobs']} "
+                         f"judged Jobs), the reference's on {spans.get('baseline_nodes')} nodes at the same moments "
+                         f"{milliseconds(sp, 'reference')} ({sp['reference_calls']} of {sp['reference_jobs']}), "
+                         f"the webhook's over the reference's {over(sp)}; Create, judged "
                          f"{sp['create_judged_p50_s'] * 1e3:.1f} / {sp['create_judged_p99_s'] * 1e3:.1f} ms, unjudged "
                          f"{sp['create_unjudged_p50_s'] * 1e3:.1f} / {sp['create_unjudged_p99_s'] * 1e3:.1f} ms; "
                          f"serve's own answer (its /metrics) {(sp['serve_mean_s'] or 0) * 1e3:.2f} ms mean over "
-                         f"{sp['serve_answered']:g} reviews; inventories published meanwhile, by what changed: "
+                         f"{sp['serve_answered']:g} reviews, the reference's {(sp['reference_mean_s'] or 0) * 1e3:.2f} "
+                         f"ms over {sp['reference_answered']:g}; inventories published meanwhile, by what changed: "
                          f"{sp.get('serve_publications') or 'none'}; nodes tainted after, by taint: "
                          f"{sp.get('node_taints_after') or 'none'}")
     for name, c in result.get("commands", {}).items():
@@ -1103,9 +1142,9 @@ def main() -> None:
                         help="the lease the agents' lists carry; rates are given at the default's renewal period. "
                              "Longer keeps them current when a round takes longer than a renewal period")
     parser.add_argument("--no-serve", dest="serve", action="store_false")
-    parser.add_argument("--spans", type=float, default=20.0,
-                        help="seconds of Jobs (20 a second) timed by the apiserver's spans on 3 nodes and on "
-                             "the fleet (0: none)")
+    parser.add_argument("--spans", type=float, default=60.0,
+                        help="seconds of Jobs (20 a second, in turn to the webhook, the reference and neither) "
+                             "timed by the apiserver's spans on 3 nodes and on the fleet (0: none)")
     parser.add_argument("--no-commands", dest="commands", action="store_false",
                         help="skip timing inventory dump, doctor and scan at size")
     parser.add_argument("--seed", type=int, default=1)

@@ -6,16 +6,22 @@ apiserver times it, and the commands a user runs against the whole cluster.
   by the apiserver through the Service's ClusterIP as in a cluster.
 - `job_spans`: rollout Jobs created at a fixed rate, each with one of a set of images, through the
   apiserver with dryRun=All (the webhook declares sideEffects: None, so the apiserver calls it;
-  nothing is stored, so thousands of Jobs leave no Pods for the scheduler and kwok). Alternate Jobs
-  go to a namespace the webhook does not judge, so the apiserver's own time for a Job at the same
-  moment stands beside the webhook's. The figures are the apiserver's tracing spans
+  nothing is stored, so thousands of Jobs leave no Pods for the scheduler and kwok). Every third
+  Job goes to a namespace no webhook judges, so the apiserver's own time for a Job at the same
+  moment stands beside the webhook's, and every third to the reference's. The figures are the apiserver's tracing spans
   (tests/controlplane/tracing.py): "Call validating webhook" for the webhook and "Create" for the
   request.
+- `Reference`: a second serve, the same process with the same flags, deciding from a snapshot file
+  of the first nodes' lists (--inventory) in place of the cluster's, behind a Service and a webhook
+  configuration of its own for one more namespace. Its call is the webhook's call on 3 nodes at
+  the same moments, under the same load: the fleet's control plane and kwok share this machine's
+  CPUs with both, and slow the apiserver's side of every call, whoever answers it.
 - `timed_command`: one CLI command as its own process, its wall time, CPU and peak RSS.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -33,9 +39,15 @@ from tests.builders.stalls import ENFORCE_LABEL
 from tests.chart import API_ONLY, apply, merged, secret_values
 from tests.controlplane.cluster import ControlPlane, new_namespace
 from tests.controlplane.tracing import WEBHOOK_SPAN, SpanReceiver
-from tests.controlplane.webhook import ServedWebhook
+from tests.controlplane.webhook import SERVICE, ServedWebhook
 
 JUDGED_NAMESPACE, UNJUDGED_NAMESPACE = "fleet-rollouts", "fleet-unjudged"
+REFERENCE_NAMESPACE, REFERENCE_SERVICE = "fleet-reference", "image-preflight-reference"
+REFERENCE_LABEL = {"image-preflight.io/fleet-reference": "true"}
+REFERENCE_WEBHOOK = "reference.image-preflight.io"
+TURNS = (JUDGED_NAMESPACE, REFERENCE_NAMESPACE, UNJUDGED_NAMESPACE)  # where job_spans sends each Job in turn
+QUANTILES = (0.5, 0.9, 0.99)
+CHART_NAMESPACE = "image-preflight"
 # As benchmarks/fleet.py's serve ran before: the chart's defaults for a training cluster.
 SERVE_ARGS = ("--tls-min-version=1.3", "--mode=enforce", "--unknown=allow", "--require=all", "--max-images=50",
               "--log-level=warning")
@@ -68,6 +80,43 @@ class Webhook:
                              *SERVE_ARGS)
 
 
+class Reference:
+    """The chart's Service and ValidatingWebhookConfiguration again, under other names, with
+    certificates of their own, judging REFERENCE_NAMESPACE alone; `serve(snapshot)` starts a
+    ServedWebhook behind them that decides from the snapshot file."""
+
+    def __init__(self, plane: ControlPlane, work: Path) -> None:
+        from image_preflight.cli import main as cli
+
+        self.plane, self.work = plane, work
+        self.certs = work / "reference-certs"
+        if cli(["certs", "--service", REFERENCE_SERVICE, "--namespace", CHART_NAMESPACE, "--out-dir", str(self.certs)]):
+            raise RuntimeError("image-preflight certs failed")
+        core = plane.core()
+        chart = core.read_namespaced_service(SERVICE, CHART_NAMESPACE)
+        core.create_namespaced_service(CHART_NAMESPACE, {"metadata": {"name": REFERENCE_SERVICE}, "spec": {
+            "ports": [{"name": port.name, "port": port.port, "targetPort": port.target_port}
+                      for port in chart.spec.ports]}})
+        admission = k8s.AdmissionregistrationV1Api(core.api_client)
+        configuration = json.loads(admission.read_validating_webhook_configuration(
+            SERVICE, _preload_content=False).data)
+        (webhook,) = configuration["webhooks"]
+        webhook["name"] = REFERENCE_WEBHOOK
+        webhook["clientConfig"]["service"]["name"] = REFERENCE_SERVICE
+        webhook["clientConfig"]["caBundle"] = base64.b64encode((self.certs / "ca.crt").read_bytes()).decode()
+        webhook["namespaceSelector"] = {"matchLabels": REFERENCE_LABEL}
+        admission.create_validating_webhook_configuration(
+            {"metadata": {"name": REFERENCE_SERVICE}, "webhooks": [webhook]})
+        new_namespace(plane, REFERENCE_LABEL, name=REFERENCE_NAMESPACE)
+        self.served = 0
+
+    def serve(self, snapshot: Path) -> ServedWebhook:
+        """A ServedWebhook deciding from `snapshot`, not started."""
+        self.served += 1
+        return ServedWebhook(self.plane, self.certs, None, self.work / f"reference-{self.served}.log",
+                             *SERVE_ARGS, "--inventory", str(snapshot), service=REFERENCE_SERVICE)
+
+
 def rollout_job(name: str, image: str) -> dict:
     """A rollout Job as agent-lightning's SWE-smith template makes it, reduced to what is decided."""
     return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": {
@@ -76,48 +125,62 @@ def rollout_job(name: str, image: str) -> dict:
             "containers": [{"name": "rollout", "image": image, "imagePullPolicy": "IfNotPresent"}]}}}}
 
 
-def job_spans(plane: ControlPlane, receiver: SpanReceiver, served: ServedWebhook, images: list[str], *,
-              seconds: float, rate: float, label: str) -> dict:
-    """Jobs created with dryRun=All at `rate` a second for `seconds`, alternately in the judged and
-    the unjudged namespace, each with the next of `images`; the spans of this phase's requests, and
-    the time `served` itself took to answer (its /metrics), to tell its part of a call from the rest."""
+def job_spans(plane: ControlPlane, receiver: SpanReceiver, served: ServedWebhook, reference: ServedWebhook,
+              images: list[str], *, seconds: float, rate: float, label: str) -> dict:
+    """Jobs created with dryRun=All at `rate` a second for `seconds`, in turn in the judged, the
+    reference's and the unjudged namespace, each turn with the next of `images`; the spans of this
+    phase's requests, and the time `served` and `reference` themselves took to answer (their
+    /metrics), to tell their part of a call from the rest."""
     batch = k8s.BatchV1Api(plane.core().api_client)
     since_ns = time.time_ns()
     answered_before, published_before = answering(served), publications(served)
+    reference_before = answering(reference)
     answers = {"admitted": 0, "denied": 0, "failed": 0}
     count = int(seconds * rate)
     start = time.monotonic()
     for index in range(count):
         time.sleep(max(0.0, start + index / rate - time.monotonic()))
-        namespace = JUDGED_NAMESPACE if index % 2 == 0 else UNJUDGED_NAMESPACE
+        namespace = TURNS[index % len(TURNS)]
+        job = rollout_job(f"{label}-{index}", images[index // len(TURNS) % len(images)])
         try:
-            batch.create_namespaced_job(namespace, rollout_job(f"{label}-{index}", images[index // 2 % len(images)]),
-                                        dry_run="All", _request_timeout=30)
+            batch.create_namespaced_job(namespace, job, dry_run="All", _request_timeout=30)
             outcome = "admitted"
         except k8s.ApiException as exc:
             outcome = "denied" if "denied the request" in str(exc.body or "") else "failed"
         answers[outcome] += 1
     answered = [after - before for after, before in zip(answering(served), answered_before)]
+    reference_answered = [after - before for after, before in zip(answering(reference), reference_before)]
     published = {by: count - published_before.get(by, 0) for by, count in publications(served).items()}
     tainted = node_taints(plane)
     time.sleep(EXPORT_S)
     fresh = [span for span in receiver.spans() if span.start_ns >= since_ns]
-    calls = [span.seconds for span in fresh
-             if span.name == WEBHOOK_SPAN and span.attributes.get("webhook", "").startswith(IMAGE_PREFLIGHT_WEBHOOK)]
+
+    def calls_of(webhook: str) -> list[float]:
+        return [span.seconds for span in fresh
+                if span.name == WEBHOOK_SPAN and span.attributes.get("webhook", "").startswith(webhook)]
+
+    calls, reference_calls = calls_of(IMAGE_PREFLIGHT_WEBHOOK), calls_of(REFERENCE_WEBHOOK)
     creates = {namespace: [span.seconds for span in fresh if span.name == "Create"
                            and span.attributes.get("resource") == "jobs"
                            and span.attributes.get("namespace") == namespace]
-               for namespace in (JUDGED_NAMESPACE, UNJUDGED_NAMESPACE)}
-    judged = (count + 1) // 2
-    return {"jobs": count, "rate": rate, "answers": answers, "calls": len(calls), "judged_jobs": judged,
-            "webhook_p50_s": percentile(calls, 0.5), "webhook_p99_s": percentile(calls, 0.99),
-            "create_judged_p50_s": percentile(creates[JUDGED_NAMESPACE], 0.5),
-            "create_judged_p99_s": percentile(creates[JUDGED_NAMESPACE], 0.99),
-            "create_unjudged_p50_s": percentile(creates[UNJUDGED_NAMESPACE], 0.5),
-            "create_unjudged_p99_s": percentile(creates[UNJUDGED_NAMESPACE], 0.99),
+               for namespace in TURNS}
+    return {"jobs": count, "rate": rate, "answers": answers,
+            "calls": len(calls), "judged_jobs": len(range(0, count, len(TURNS))),
+            **quantiles("webhook", calls),
+            "reference_calls": len(reference_calls), "reference_jobs": len(range(1, count, len(TURNS))),
+            **quantiles("reference", reference_calls),
+            **quantiles("create_judged", creates[JUDGED_NAMESPACE]),
+            **quantiles("create_unjudged", creates[UNJUDGED_NAMESPACE]),
             "serve_answered": answered[0], "serve_mean_s": answered[1] / answered[0] if answered[0] else None,
+            "reference_answered": reference_answered[0],
+            "reference_mean_s": reference_answered[1] / reference_answered[0] if reference_answered[0] else None,
             "serve_publications": {by: count for by, count in published.items() if count},
             "node_taints_after": tainted}
+
+
+def quantiles(name: str, seconds: list[float]) -> dict:
+    """{name_p50_s, name_p90_s, name_p99_s} of `seconds`."""
+    return {f"{name}_p{round(q * 100)}_s": percentile(seconds, q) for q in QUANTILES}
 
 
 def node_taints(plane: ControlPlane) -> dict[str, int]:

@@ -20,6 +20,7 @@ NODES = 300
 IMAGES = 5000
 # docs/benchmarks.md: at most 200 MiB of etcd for 5,000 nodes' lists of 5,000 images.
 LIVE_BYTES_PER_NODE = 200 * 2**20 / 5000
+CALL_RATIO = 1.5
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ def fleet(tmp_path_factory) -> dict:
     require_control_plane()
     args = argparse.Namespace(form="hashes", nodes=NODES, images=IMAGES, catalogue=4 * IMAGES, zipf=2.0,
                               digests=False, workers=4, pods_per_node=0, idle=5.0, round_deadline=300.0,
-                              max_apiserver_gib=4.0, no_kwok=True, kwok_lease=40, lease=300, serve=True, spans=10.0,
+                              max_apiserver_gib=4.0, no_kwok=True, kwok_lease=40, lease=300, serve=True, spans=15.0,
                               commands=True, seed=1)
     return run(args, tmp_path_factory.mktemp("fleet"))
 
@@ -63,12 +64,17 @@ def test_the_apiserver_calls_the_webhook_for_every_judged_job_no_slower_than_on_
     spans = fleet["spans"]
     for sample in (spans["baseline"], spans["fleet"]):
         assert sample["answers"]["failed"] == 0 and sample["answers"]["admitted"] > 0, sample
-        assert sample["calls"] == sample["judged_jobs"] > 0, sample  # one span for each Job judged
+        # one span for each Job judged, by each webhook
+        assert sample["calls"] == sample["judged_jobs"] == sample["reference_calls"] == sample["reference_jobs"] > 0, \
+            sample
         # serve's own count of what it answered, and the time that took, which the call's span includes
         assert sample["serve_answered"] == sample["judged_jobs"], sample
+        assert sample["reference_answered"] == sample["reference_jobs"], sample
         assert 0 < sample["serve_mean_s"] <= sample["webhook_p99_s"], sample
-    # docs/benchmarks.md: the call at 1,000 and 5,000 nodes against 3; here with room for a shared machine.
-    assert spans["fleet"]["webhook_p50_s"] <= 2 * spans["baseline"]["webhook_p50_s"] + 0.005, spans
+    # docs/benchmarks.md: the call on the fleet against the reference's on 3 nodes at the same
+    # moments; here with room for a shared machine.
+    fleet_spans = spans["fleet"]
+    assert fleet_spans["webhook_p50_s"] <= CALL_RATIO * fleet_spans["reference_p50_s"], fleet_spans
 
 
 def test_dump_scan_and_doctor_read_every_list_of_the_fleet(fleet):

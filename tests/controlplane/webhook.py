@@ -14,19 +14,22 @@ from pathlib import Path
 from tests.controlplane.cluster import ControlPlane, free_port, terminate
 from image_preflight.service import FLUSH_S
 
-SERVICE_HOST = "image-preflight.image-preflight.svc"
+SERVICE = "image-preflight"  # the chart's Service, in the namespace of the same name
 
 
 class ServedWebhook:
     """`image-preflight serve --kubeconfig` with the certificates of the applied chart, exposed
-    at the webhook Service's ClusterIP:443 on the cluster network."""
+    at the webhook Service's ClusterIP:443 on the cluster network. No kubeconfig: `extra` gives the
+    inventory (--inventory); `service` names another Service of the chart's namespace to be reached at."""
 
-    def __init__(self, plane: ControlPlane, certs: Path, kubeconfig: Path, log: Path, *extra: str) -> None:
+    def __init__(self, plane: ControlPlane, certs: Path, kubeconfig: Path | None, log: Path, *extra: str,
+                 service: str = SERVICE) -> None:
         self.plane, self.certs, self.kubeconfig, self.log = plane, certs, kubeconfig, log
         self.extra = extra
         self.port, self.metrics_port = free_port(), free_port()
-        service = plane.core().read_namespaced_service("image-preflight", "image-preflight")
-        self.address = f"{service.spec.cluster_ip}:443"
+        found = plane.core().read_namespaced_service(service, SERVICE)
+        self.address = f"{found.spec.cluster_ip}:443"
+        self.host = f"{service}.{SERVICE}.svc"  # the name its certificate holds, as the apiserver dials it
         self.popen: subprocess.Popen | None = None
         self._tls = ssl.create_default_context(cafile=str(certs / "ca.crt"))
 
@@ -35,7 +38,8 @@ class ServedWebhook:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "image_preflight", "serve",
                  "--tls-cert", str(self.certs / "tls.crt"), "--tls-key", str(self.certs / "tls.key"),
-                 "--kubeconfig", str(self.kubeconfig), "--host", "127.0.0.1", "--port", str(self.port),
+                 *(("--kubeconfig", str(self.kubeconfig)) if self.kubeconfig else ()),
+                 "--host", "127.0.0.1", "--port", str(self.port),
                  "--metrics-port", str(self.metrics_port), *self.extra],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout_s
@@ -53,9 +57,9 @@ class ServedWebhook:
 
     def _connection(self, timeout_s: float) -> http.client.HTTPSConnection:
         """To the loopback port, speaking TLS to the Service's name as the apiserver does."""
-        connection = http.client.HTTPSConnection(SERVICE_HOST, self.port, timeout=timeout_s, context=self._tls)
+        connection = http.client.HTTPSConnection(self.host, self.port, timeout=timeout_s, context=self._tls)
         connection.sock = self._tls.wrap_socket(socket.create_connection(("127.0.0.1", self.port), timeout=timeout_s),
-                                                server_hostname=SERVICE_HOST)
+                                                server_hostname=self.host)
         return connection
 
     def ready(self) -> bool:
