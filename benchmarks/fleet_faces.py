@@ -6,9 +6,10 @@ apiserver times it, and the commands a user runs against the whole cluster.
   by the apiserver through the Service's ClusterIP as in a cluster.
 - `job_spans`: rollout Jobs created at a fixed rate, each with one of a set of images, through the
   apiserver with dryRun=All (the webhook declares sideEffects: None, so the apiserver calls it;
-  nothing is stored, so thousands of Jobs leave no Pods for the scheduler and kwok). Every third
-  Job goes to a namespace no webhook judges, so the apiserver's own time for a Job at the same
-  moment stands beside the webhook's, and every third to the reference's. The figures are the apiserver's tracing spans
+  nothing is stored, so thousands of Jobs leave no Pods for the scheduler and kwok). They go in
+  turns of three, each in an order drawn anew: one to the webhook's namespace, one to the
+  reference's, and one to a namespace no webhook judges, so the apiserver's own time for a Job at
+  the same moment stands beside the webhooks'. The figures are the apiserver's tracing spans
   (tests/controlplane/tracing.py): "Call validating webhook" for the webhook and "Create" for the
   request.
 - `Reference`: a second serve, the same process with the same flags, deciding from a snapshot file
@@ -24,6 +25,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import signal
 import sys
 import time
@@ -39,7 +41,7 @@ from tests.builders.stalls import ENFORCE_LABEL
 from tests.chart import API_ONLY, apply, merged, secret_values
 from tests.controlplane.cluster import ControlPlane, new_namespace
 from tests.controlplane.tracing import WEBHOOK_SPAN, SpanReceiver
-from tests.controlplane.webhook import SERVICE, ServedWebhook
+from tests.controlplane.webhook import NAMESPACE, SERVICE, ServedWebhook
 
 JUDGED_NAMESPACE, UNJUDGED_NAMESPACE = "fleet-rollouts", "fleet-unjudged"
 REFERENCE_NAMESPACE, REFERENCE_SERVICE = "fleet-reference", "image-preflight-reference"
@@ -47,7 +49,6 @@ REFERENCE_LABEL = {"image-preflight.io/fleet-reference": "true"}
 REFERENCE_WEBHOOK = "reference.image-preflight.io"
 TURNS = (JUDGED_NAMESPACE, REFERENCE_NAMESPACE, UNJUDGED_NAMESPACE)  # where job_spans sends each Job in turn
 QUANTILES = (0.5, 0.9, 0.99)
-CHART_NAMESPACE = "image-preflight"
 # As benchmarks/fleet.py's serve ran before: the chart's defaults for a training cluster.
 SERVE_ARGS = ("--tls-min-version=1.3", "--mode=enforce", "--unknown=allow", "--require=all", "--max-images=50",
               "--log-level=warning")
@@ -63,11 +64,11 @@ class Webhook:
 
         self.plane, self.work = plane, work
         self.certs = work / "certs"
-        if cli(["certs", "--service", "image-preflight", "--namespace", "image-preflight",
+        if cli(["certs", "--service", SERVICE, "--namespace", NAMESPACE,
                 "--out-dir", str(self.certs)]):
             raise RuntimeError("image-preflight certs failed")
         apply(plane, merged(API_ONLY, secret_values(self.certs)), workloads=False)
-        self.kubeconfig = plane.service_account_kubeconfig("image-preflight", "image-preflight",
+        self.kubeconfig = plane.service_account_kubeconfig(NAMESPACE, "image-preflight",
                                                            work / "serve.kubeconfig")
         new_namespace(plane, ENFORCE_LABEL, name=JUDGED_NAMESPACE)
         new_namespace(plane, name=UNJUDGED_NAMESPACE)
@@ -90,11 +91,11 @@ class Reference:
 
         self.plane, self.work = plane, work
         self.certs = work / "reference-certs"
-        if cli(["certs", "--service", REFERENCE_SERVICE, "--namespace", CHART_NAMESPACE, "--out-dir", str(self.certs)]):
+        if cli(["certs", "--service", REFERENCE_SERVICE, "--namespace", NAMESPACE, "--out-dir", str(self.certs)]):
             raise RuntimeError("image-preflight certs failed")
         core = plane.core()
-        chart = core.read_namespaced_service(SERVICE, CHART_NAMESPACE)
-        core.create_namespaced_service(CHART_NAMESPACE, {"metadata": {"name": REFERENCE_SERVICE}, "spec": {
+        chart = core.read_namespaced_service(SERVICE, NAMESPACE)
+        core.create_namespaced_service(NAMESPACE, {"metadata": {"name": REFERENCE_SERVICE}, "spec": {
             "ports": [{"name": port.name, "port": port.port, "targetPort": port.target_port}
                       for port in chart.spec.ports]}})
         admission = k8s.AdmissionregistrationV1Api(core.api_client)
@@ -127,20 +128,28 @@ def rollout_job(name: str, image: str) -> dict:
 
 def job_spans(plane: ControlPlane, receiver: SpanReceiver, served: ServedWebhook, reference: ServedWebhook,
               images: list[str], *, seconds: float, rate: float, label: str) -> dict:
-    """Jobs created with dryRun=All at `rate` a second for `seconds`, in turn in the judged, the
-    reference's and the unjudged namespace, each turn with the next of `images`; the spans of this
-    phase's requests, and the time `served` and `reference` themselves took to answer (their
-    /metrics), to tell their part of a call from the rest."""
+    """Jobs created with dryRun=All at `rate` a second for `seconds`, in turns of one each in the
+    judged, the reference's and the unjudged namespace, each turn with the next of `images`; the
+    spans of this phase's requests, and the time `served` and `reference` themselves took to answer
+    (their /metrics), to tell their part of a call from the rest."""
     batch = k8s.BatchV1Api(plane.core().api_client)
     since_ns = time.time_ns()
     answered_before, published_before = answering(served), publications(served)
     reference_before = answering(reference)
     answers = {"admitted": 0, "denied": 0, "failed": 0}
     count = int(seconds * rate)
+    # Each turn in its own order: a process that wakes at some period (a heartbeat, a sampler)
+    # then delays no one of the three more often than the others.
+    shuffled = random.Random(label)
+    order: list[str] = []
+    sent = dict.fromkeys(TURNS, 0)
     start = time.monotonic()
     for index in range(count):
         time.sleep(max(0.0, start + index / rate - time.monotonic()))
-        namespace = TURNS[index % len(TURNS)]
+        if not order:
+            order = shuffled.sample(TURNS, len(TURNS))
+        namespace = order.pop()
+        sent[namespace] += 1
         job = rollout_job(f"{label}-{index}", images[index // len(TURNS) % len(images)])
         try:
             batch.create_namespaced_job(namespace, job, dry_run="All", _request_timeout=30)
@@ -165,9 +174,9 @@ def job_spans(plane: ControlPlane, receiver: SpanReceiver, served: ServedWebhook
                            and span.attributes.get("namespace") == namespace]
                for namespace in TURNS}
     return {"jobs": count, "rate": rate, "answers": answers,
-            "calls": len(calls), "judged_jobs": len(range(0, count, len(TURNS))),
+            "calls": len(calls), "judged_jobs": sent[JUDGED_NAMESPACE],
             **quantiles("webhook", calls),
-            "reference_calls": len(reference_calls), "reference_jobs": len(range(1, count, len(TURNS))),
+            "reference_calls": len(reference_calls), "reference_jobs": sent[REFERENCE_NAMESPACE],
             **quantiles("reference", reference_calls),
             **quantiles("create_judged", creates[JUDGED_NAMESPACE]),
             **quantiles("create_unjudged", creates[UNJUDGED_NAMESPACE]),

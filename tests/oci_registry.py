@@ -22,7 +22,7 @@ from tests.chart import CHART, helm_binary
 from tests.controlplane.cluster import free_port, terminate, wait_for
 from tests.controlplane.pki import Authority
 from tests.needs import unavailable
-from tests.node.preflight_image import PRIVATE_PATHS
+from tests.node.preflight_image import private_paths
 from tests.release import ROOT
 
 BUILD = "tests/controlplane/registry/build"
@@ -108,10 +108,7 @@ class Registry:
         policy.write_text(json.dumps({"default": [{"type": "insecureAcceptAnything"}]}))
         # As buildah's: containers/image keeps a blob-info cache in /var/lib/containers/cache and
         # unpacks an oci-archive: in /var/tmp, so both are private to the copy.
-        var_lib, tmp = self.folder / "skopeo-var-lib", self.folder / "skopeo-tmp"
-        for folder in (var_lib, tmp):
-            folder.mkdir(exist_ok=True)
-        done = subprocess.run(["unshare", *PRIVATE_PATHS, str(var_lib), str(tmp),
+        done = subprocess.run(["unshare", *private_paths(self.folder / "skopeo"),
                                skopeo, "--policy", str(policy), "copy", "--quiet", "--dest-cert-dir", str(certs),
                                f"oci-archive:{archive}", f"docker://{reference}"],
                               capture_output=True, text=True, timeout=300, check=False)

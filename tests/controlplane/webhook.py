@@ -14,7 +14,7 @@ from pathlib import Path
 from tests.controlplane.cluster import ControlPlane, free_port, terminate
 from image_preflight.service import FLUSH_S
 
-SERVICE = "image-preflight"  # the chart's Service, in the namespace of the same name
+SERVICE = NAMESPACE = "image-preflight"  # the chart's Service, and the namespace it is installed in
 
 
 class ServedWebhook:
@@ -27,9 +27,9 @@ class ServedWebhook:
         self.plane, self.certs, self.kubeconfig, self.log = plane, certs, kubeconfig, log
         self.extra = extra
         self.port, self.metrics_port = free_port(), free_port()
-        found = plane.core().read_namespaced_service(service, SERVICE)
+        found = plane.core().read_namespaced_service(service, NAMESPACE)
         self.address = f"{found.spec.cluster_ip}:443"
-        self.host = f"{service}.{SERVICE}.svc"  # the name its certificate holds, as the apiserver dials it
+        self.host = f"{service}.{NAMESPACE}.svc"  # the name its certificate holds, as the apiserver dials it
         self.popen: subprocess.Popen | None = None
         self._tls = ssl.create_default_context(cafile=str(certs / "ca.crt"))
 

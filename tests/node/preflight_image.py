@@ -85,12 +85,18 @@ def missing(inputs: Path | None = None) -> str | None:
     return None
 
 
-def _buildah(workdir: Path) -> list[str]:
-    """buildah on storage of its own (vfs needs no mounts), with no network, /var/lib and /var/tmp private."""
+def private_paths(workdir: Path) -> list[str]:
+    """The arguments of `unshare` that run the command after them with /var/lib an overlay over a
+    tmpfs and /var/tmp `workdir`/tmp (PRIVATE_PATHS)."""
     var_lib, tmp = workdir / "var-lib", workdir / "tmp"
     for folder in (var_lib, tmp):
         folder.mkdir(parents=True, exist_ok=True)
-    return [*OFFLINE, *PRIVATE_PATHS, str(var_lib), str(tmp), "buildah", "--storage-driver", "vfs",
+    return [*PRIVATE_PATHS, str(var_lib), str(tmp)]
+
+
+def _buildah(workdir: Path) -> list[str]:
+    """buildah on storage of its own (vfs needs no mounts), with no network, /var/lib and /var/tmp private."""
+    return [*OFFLINE, *private_paths(workdir), "buildah", "--storage-driver", "vfs",
             "--root", str(workdir / "storage"), "--runroot", str(workdir / "run")]
 
 
