@@ -1,22 +1,26 @@
 """image-preflight beside the policies a cluster operator would write instead, on the same Jobs
-through the same apiserver: OPA Gatekeeper, Kyverno and a ValidatingAdmissionPolicy in CEL
-(benchmarks/peer_setups.py, benchmarks/peers/*.yaml).
+through the same apiserver: OPA Gatekeeper, Kyverno and a ValidatingAdmissionPolicy in CEL, each
+in two shapes: the first its docs show, and as its best user writes it (benchmarks/peer_setups.py,
+benchmarks/peers/*.yaml).
 
     benchmarks/peers/build                                   # once: Gatekeeper and Kyverno, cached
-    .venv/bin/python benchmarks/side_by_side.py --real-node  # --seconds 30 --rate 20 --clients 4
+    .venv/bin/python benchmarks/side_by_side.py --real-node  # --seconds 30 --rate 20 --clients 4 --runs 3
 
-1. Decisions. Rollout Jobs as agent-lightning renders them for SWE-smith rows, against one
-   cluster state: a worker whose runtime holds 53 images, of which its status lists the 50
-   largest with at most 5 names each; a tainted GPU node and a cordoned node, each the only
-   holder of an image. Each case says what the kubelet then does, and so whether admitting the
-   Job was right. With --real-node the worker is the tests' real node, its status the kubelet's
-   own, and every Job also runs there, judged by no policy, so that the node shows what its Pod
-   meets; without, the worker is a containerd 2.x and an API object whose status is made the
-   kubelet's way from the node agent's CRI list.
-2. Latency, interleaved: dry-run creations of an admitted Job, the peers taken in turn, at a
-   fixed rate and then by --clients threads as fast as they go. Per peer: the client's p50/p99,
-   the apiserver's own spans (KEP-647 tracing: "Create" for the whole request, "Call validating
-   webhook" for the webhook call), and the CPU and RSS of the peer's process.
+1. Decisions. Rollout Jobs as agent-lightning renders them for SWE-smith rows (and the Pod a
+   Deployment makes), against one cluster state: a worker whose runtime holds 53 images, of which
+   its status lists the 50 largest with at most 5 names each; a tainted GPU node, a cordoned node
+   and a not-ready node, each the only holder of an image; a pool of two nodes, one holding an
+   image; a node whose agent is down and whose status is at the cap. Each case says what the
+   kubelet then does, and so whether admitting it was right. With --real-node the worker is the
+   tests' real node, its status the kubelet's own, and every case also runs there, judged by no
+   policy, so that the node shows what its Pod meets; without, the worker is a containerd 2.x and
+   an API object whose status is made the kubelet's way from the node agent's CRI list.
+2. Latency, interleaved: dry-run creations of Jobs each naming an image no node holds and no
+   request named before (so no policy answers from memory), the peers taken in turn, at a fixed
+   rate and then by --clients threads as fast as they go. Per peer: the client's p50/p99, the
+   apiserver's own spans (KEP-647 tracing: "Create" for the whole request, "Call validating
+   webhook" for the webhook call, counted against the creations), and the CPU and RSS of the
+   peer's processes (image-preflight's: serve and the node agent).
 
 Needs tests/controlplane/build's folder on PATH (and root, for --real-node). Prints markdown tables.
 """
@@ -33,7 +37,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,7 +55,7 @@ from tests.controlplane.cluster import (apply_service_accounts, create_node, new
 from tests.controlplane.tracing import WEBHOOK_SPAN, SpanReceiver  # noqa: E402
 from tests.node.real_node import RealNode, missing_parts  # noqa: E402
 
-PEERS = ("none", "cel", "gatekeeper", "kyverno", "image-preflight")
+PEERS = ("none", "cel", "cel-best", "gatekeeper", "gatekeeper-best", "kyverno", "kyverno-best", "image-preflight")
 ROW = "marshmallow-code__marshmallow.9716fc62.func_pm_op_swap__0c5c7fd0"  # a row of examples/swe-smith/train.jsonl
 
 # --- the cluster ---------------------------------------------------------------------------------
@@ -60,6 +64,7 @@ WORKER, GPU, CORDONED = "cpu-worker", "gpu-worker", "cpu-cordoned"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 GPU_LABEL = {"nvidia.com/gpu.present": "true"}
 MAX_IMAGES = 50  # KubeletConfiguration.nodeStatusMaxImages, its default
+PAUSE = "registry.k8s.io/pause:3.10"  # in every node's status: the sandbox image its runtime keeps
 NAMES_PER_IMAGE = 5  # pkg/kubelet/nodestatus/setters.go, MaxNamesPerImageInNodeStatus
 
 
@@ -108,17 +113,29 @@ class Case:
     admit: bool  # right answer: admit unless a Pod would wait for an image that is not there
     why: str
     image: str
-    policy: str = "IfNotPresent"
+    policy: str | None = "IfNotPresent"  # None: left out, as a template may (the apiserver defaults it)
     init_image: str | None = None
+    volume_image: str | None = None  # an image volume's reference, IfNotPresent, mounted by the container
     suspend: bool = False
-    on_gpu: bool = False
+    resume: bool = False  # created suspended, then resumed by an UPDATE: the answer to the UPDATE
+    on_gpu: bool = False  # selects the GPU node and tolerates its taint
+    avoid_gpu: bool = False  # tolerates the GPU taint, its required node affinity excludes GPU nodes
+    node_name: str | None = None
+    pool: str | None = None  # selects a pool of nodes and tolerates the pool's taint
+    pod: bool = False  # the Pod a Deployment's ReplicaSet creates, not a Job
+
+
+# Pools of nodes no other case lands on: each tainted with its name, which only its cases tolerate.
+PAIR, STALE, NOT_READY = "pair", "stale", "cpu-not-ready"
+POOL_KEY = "image-preflight.test/pool"
 
 
 def cases(digest: str) -> list[Case]:
     """Each with what the kubelet does with its Pod: pkg/kubelet/images/image_manager.go
     EnsureImageExists (IfNotPresent: the runtime's ImageStatus of the normalised reference, else a
-    pull; Never: ErrImageNeverPull), after the scheduler's TaintToleration and NodeUnschedulable
-    filters chose the node (here the worker, unless the Job selects the GPU node)."""
+    pull; Never: ErrImageNeverPull), after the scheduler's TaintToleration, NodeUnschedulable,
+    NodeAffinity and NodeName filters chose the node (here the worker, unless the Job selects
+    another pool)."""
     return [
         Case("held, listed in status", True, "runs on the worker", "swe-smith/held:openai"),
         Case("absent everywhere", False, "ErrImagePull, then ImagePullBackOff", "swe-smith/absent:openai"),
@@ -129,39 +146,94 @@ def cases(digest: str) -> list[Case]:
         Case("held by digest, named by digest", True, "runs", f"swe-smith/pinned@{digest}"),
         Case("held by digest, named by tag", False, "ErrImagePull: the tag resolves to nothing held",
              "swe-smith/pinned:openai"),
+        Case("held by digest, named by tag and digest", True,
+             "runs: a reference with both is resolved by its digest (distribution/reference ParseDockerRef)",
+             f"swe-smith/pinned:openai@{digest}"),
         Case("only on the tainted GPU node", False, "scheduled to the worker, ErrImagePull",
              "swe-smith/gpu-only:openai"),
         Case("on the GPU node, selected and tolerated", True, "runs on the GPU node", "swe-smith/gpu-only:openai",
              on_gpu=True),
+        Case("on the GPU node, tolerated, affinity excludes it", False,
+             "required node affinity leaves the worker: ErrImagePull", "swe-smith/gpu-only:openai", avoid_gpu=True),
+        Case("on the GPU node, nodeName the worker", False,
+             "no scheduler: the worker's kubelet pulls, ErrImagePull", "swe-smith/gpu-only:openai", node_name="worker"),
         Case("only on the cordoned node", False, "scheduled to the worker, ErrImagePull",
              "swe-smith/cordoned-only:openai"),
+        Case("only on a not-ready node", False, "its not-ready taint (NoSchedule) sends it to the worker: ErrImagePull",
+             "swe-smith/not-ready-only:openai"),
+        Case("on one of two nodes it may land on", False,
+             "the scheduler may choose either (ImageLocality scores, it does not filter): ErrImagePull on the other",
+             "swe-smith/pair-one:openai", pool=PAIR),
+        Case("agent down, capped status, held beyond the cap", True,
+             "runs: held, only cut from status (no real node here: the status is built so)",
+             "swe-smith/stale-beyond-cap:openai", pool=STALE),
+        Case("agent down, capped status, absent", False,
+             "ErrImagePull (no real node here: the runtime is said not to hold it)",
+             "swe-smith/stale-absent:openai", pool=STALE),
         Case("absent, imagePullPolicy Always", True, "pulled from its registry: not a node-local image",
              "swe-smith/absent:openai", policy="Always"),
+        Case("absent, :latest, no imagePullPolicy", True,
+             "defaulted to Always (SetDefaults_Container): pulled, not node-local", "swe-smith/absent:latest",
+             policy=None),
         Case("absent, Job suspended", True, "no Pod until resumed (the Job controller)", "swe-smith/absent:openai",
              suspend=True),
+        Case("absent, suspended Job resumed by UPDATE", False, "its Pods then wait: ErrImagePull",
+             "swe-smith/absent:openai", resume=True),
         Case("held, imagePullPolicy Never", True, "runs", "swe-smith/held:openai", policy="Never"),
         Case("absent, imagePullPolicy Never", False, "ErrImageNeverPull", "swe-smith/absent:openai", policy="Never"),
         Case("init container absent", False, "Init:ErrImagePull", "swe-smith/held:openai",
              init_image="swe-smith/absent:openai"),
+        Case("image volume absent", False,
+             "pulled as a container's image; the container mounting it waits (kuberuntime_manager.go "
+             "toKubeContainerImageVolumes)",
+             "swe-smith/held:openai", volume_image="swe-smith/absent:openai"),
+        Case("absent, a Deployment's Pod", False, "ErrImagePull", "swe-smith/absent:openai", pod=True),
     ]
 
 
-def rollout_job(case: Case, template_job: dict) -> dict:
-    """agent-lightning's Job for the row, with the case's image and changes."""
+def rollout_job(case: Case, template_job: dict, *, worker: str = WORKER) -> dict:
+    """agent-lightning's Job for the row, with the case's image and changes; a case's `nodeName`
+    "worker" is `worker`."""
     job = copy.deepcopy(template_job)
     job["metadata"]["name"] = f"agl-rollout-{uuid.uuid4().hex[:8]}"
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    container["image"], container["imagePullPolicy"] = case.image, case.policy
+    container["image"] = case.image
+    if case.policy is None:
+        container.pop("imagePullPolicy", None)
+    else:
+        container["imagePullPolicy"] = case.policy
     if case.init_image:
         pod["initContainers"] = [{"name": "fetch", "image": case.init_image, "imagePullPolicy": "IfNotPresent",
                                   "command": ["true"]}]
-    if case.suspend:
+    if case.volume_image:
+        pod.setdefault("volumes", []).append({"name": "tools", "image": {"reference": case.volume_image,
+                                                                         "pullPolicy": "IfNotPresent"}})
+        container.setdefault("volumeMounts", []).append({"name": "tools", "mountPath": "/tools"})
+    if case.suspend or case.resume:
         job["spec"]["suspend"] = True
     if case.on_gpu:
         pod["nodeSelector"] = dict(GPU_LABEL)
+    if case.on_gpu or case.avoid_gpu:
         pod["tolerations"] = [{"key": GPU_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}]
+    if case.avoid_gpu:
+        pod["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": key, "operator": "NotIn", "values": [value]}
+                                  for key, value in GPU_LABEL.items()]}]}}}
+    if case.node_name:
+        pod["nodeName"] = worker if case.node_name == "worker" else case.node_name
+    if case.pool:
+        pod["nodeSelector"] = {POOL_KEY: case.pool}
+        pod["tolerations"] = [{"key": POOL_KEY, "value": case.pool, "effect": "NoSchedule"}]
     return job
+
+
+def replica_pod(job: dict) -> dict:
+    """The Pod a ReplicaSet makes from the same template (pkg/controller/controller_utils.go GetPodFromTemplate)."""
+    template = job["spec"]["template"]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": job["metadata"]["name"], "labels": dict(template["metadata"].get("labels") or {})},
+            "spec": {**template["spec"], "restartPolicy": "Always"}}
 
 
 def admitted(batch: k8s.BatchV1Api, namespace: str, job: dict) -> bool | str:
@@ -173,9 +245,35 @@ def admitted(batch: k8s.BatchV1Api, namespace: str, job: dict) -> bool | str:
         return False if 400 <= exc.status < 500 else f"HTTP {exc.status}"
 
 
+def answer_of(batch: k8s.BatchV1Api, namespace: str, case: Case, template_job: dict, worker: str) -> bool | str:
+    """The policy's answer to the case's request: a Job's create, a Pod's create, or the UPDATE
+    that resumes a Job (a Job whose create was denied is never resumed: False)."""
+    job = rollout_job(case, template_job, worker=worker)
+    try:
+        if case.pod:
+            k8s.CoreV1Api(batch.api_client).create_namespaced_pod(namespace, replica_pod(job), dry_run="All",
+                                                                  _request_timeout=30)
+        elif case.resume:
+            try:
+                batch.create_namespaced_job(namespace, job, _request_timeout=30)
+            except ApiException as exc:
+                return False if 400 <= exc.status < 500 else f"HTTP {exc.status}"
+            try:
+                batch.patch_namespaced_job(job["metadata"]["name"], namespace, {"spec": {"suspend": False}},
+                                           dry_run="All", _request_timeout=30)
+            finally:
+                batch.delete_namespaced_job(job["metadata"]["name"], namespace, propagation_policy="Background")
+        else:
+            batch.create_namespaced_job(namespace, job, dry_run="All", _request_timeout=30)
+        return True
+    except ApiException as exc:
+        return False if 400 <= exc.status < 500 else f"HTTP {exc.status}"
+
+
 # --- what the real node does ----------------------------------------------------------------------
 
-PULL_FAILURES = {"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull"}
+# Why a container waits for an image: its pull failed, or its image volume's did (toKubeContainerImageVolumes).
+PULL_FAILURES = {"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "CreateContainerError"}
 OBSERVE_S = 90.0
 
 
@@ -192,39 +290,48 @@ def fate(pod) -> str | None:
 
 
 def observe_on_node(plane, worker: Worker, all_cases: list[Case], template_job: dict) -> list[str]:
-    """Each case's Job created for real, in a namespace no policy judges: what its Pod met."""
+    """Each case's Job (or Pod) created for real, in a namespace no policy judges, a resumed Job
+    as it runs once resumed: what its Pod met."""
     namespace = new_namespace(plane, rollout_scripts=True)
     batch = k8s.BatchV1Api(plane.api_client())
-    names = []
+    core = plane.core()
+    selectors = []
     for case in all_cases:
-        job = rollout_job(case, template_job)
+        job = rollout_job(case, template_job, worker=worker.name)
+        name = job["metadata"]["name"]
+        if case.pod:
+            core.create_namespaced_pod(namespace, replica_pod(job))
+            selectors.append(f"metadata.name={name}")
+            continue
         job["spec"]["activeDeadlineSeconds"] = int(OBSERVE_S) * 2
+        job["spec"]["suspend"] = case.suspend
         batch.create_namespaced_job(namespace, job)
-        names.append(job["metadata"]["name"])
+        selectors.append(f"batch.kubernetes.io/job-name={name}")
     found: dict[int, str] = {}
     deadline = time.monotonic() + OBSERVE_S
     awaited = sum(not case.suspend for case in all_cases)  # a suspended Job's Pod is awaited to the deadline
     while len(found) < awaited and time.monotonic() < deadline:
-        for index, name in enumerate(names):
+        for index, selector in enumerate(selectors):
             if index in found:
                 continue
-            pods = plane.core().list_namespaced_pod(namespace, label_selector=f"batch.kubernetes.io/job-name={name}").items
-            for pod in pods:
+            by = "field_selector" if selector.startswith("metadata.") else "label_selector"
+            for pod in core.list_namespaced_pod(namespace, **{by: selector}).items:
                 if pod.spec.node_name and pod.spec.node_name != worker.name:
                     found[index] = f"bound to {pod.spec.node_name}: no kubelet runs it here"
                 elif (seen := fate(pod)) is not None:
                     found[index] = seen
         time.sleep(1.0)
-    plane.core().delete_namespace(namespace)
+    core.delete_namespace(namespace)
     return [found.get(index) or ("no Pod: suspended" if case.suspend else "undecided")
             for index, case in enumerate(all_cases)]
 
 
 # --- latency -------------------------------------------------------------------------------------
 
-def run_phase(plane, peers, job: dict, seconds: float, *, rate: float | None, clients: int) -> dict[str, list[float]]:
-    """Dry-run creations, the peers in a shuffled turn, for `seconds`: at `rate` a second in all
-    (one client), or as fast as `clients` threads go. Latencies by peer."""
+def run_phase(plane, peers, new_job: Callable[[], dict], seconds: float, *, rate: float | None,
+              clients: int) -> dict[str, list[float]]:
+    """Dry-run creations of `new_job()`s, the peers in a shuffled turn, for `seconds`: at `rate` a
+    second in all (one client), or as fast as `clients` threads go. Latencies by peer."""
     latencies: dict[str, list[float]] = {peer.name: [] for peer in peers}
     stop = time.monotonic() + seconds
     lock = threading.Lock()
@@ -246,8 +353,13 @@ def run_phase(plane, peers, job: dict, seconds: float, *, rate: float | None, cl
             if rate is not None:
                 next_at += 1 / rate
                 time.sleep(max(0.0, next_at - time.monotonic()))
+            job = new_job()
             start = time.perf_counter()
-            batch.create_namespaced_job(peer.namespace, job, dry_run="All", _request_timeout=30)
+            try:
+                batch.create_namespaced_job(peer.namespace, job, dry_run="All", _request_timeout=30)
+            except ApiException as exc:
+                if not 400 <= exc.status < 500:  # a policy's denial
+                    raise
             elapsed = time.perf_counter() - start
             with lock:
                 latencies[peer.name].append(elapsed)
@@ -271,10 +383,6 @@ def span_seconds(receiver: SpanReceiver, peer) -> tuple[list[float], list[float]
     return creates, calls
 
 
-def ms(value: float) -> str:
-    return "–" if value != value else f"{value * 1000:.1f}"
-
-
 # --- the run -------------------------------------------------------------------------------------
 
 def main() -> int:
@@ -284,6 +392,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="length of each latency phase")
     parser.add_argument("--rate", type=float, default=20.0, help="creations a second in the fixed-rate phase")
     parser.add_argument("--clients", type=int, default=4, help="threads in the saturation phase")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each latency phase")
     parser.add_argument("--real-node", action="store_true",
                         help="the worker is the tests' real node (kubelet and containerd, root): its status is "
                              "the kubelet's own, and each Job also runs there, unjudged, its Pod's fate printed")
@@ -292,7 +401,7 @@ def main() -> int:
     unknown = sorted(set(chosen) - set(PEERS))
     if unknown:
         parser.error(f"--peers: unknown {', '.join(unknown)} (known: {', '.join(PEERS)})")
-    binaries = setups.peers_folder() if {"gatekeeper", "kyverno"} & set(chosen) else None
+    binaries = setups.peers_folder() if any(name.split("-")[0] in ("gatekeeper", "kyverno") for name in chosen) else None
     if args.real_node and (reason := missing_parts()) is not None:
         parser.error(f"--real-node: {reason}")
     folder = Path(tempfile.mkdtemp(prefix="side-by-side-"))
@@ -347,6 +456,13 @@ def measure(plane, worker: Worker, receiver, chosen, binaries, folder, args, sto
                 images=[["docker.io/swe-smith/gpu-only:openai"]])
     create_node(plane, CORDONED, taints=[], unschedulable=True,
                 images=[["docker.io/swe-smith/cordoned-only:openai"]])
+    create_node(plane, NOT_READY, taints=[], ready=False, images=[["docker.io/swe-smith/not-ready-only:openai"]])
+    for name, images in ((f"{PAIR}-a", [["docker.io/swe-smith/pair-one:openai"]]), (f"{PAIR}-b", [[PAUSE]]),
+                         # no agent, its kubelet's status at the cap
+                         (STALE, [[smith(f"stale-filler-{i:02d}")] for i in range(MAX_IMAGES)])):
+        pool = name.split("-")[0]
+        create_node(plane, name, labels={POOL_KEY: pool},
+                    taints=[{"key": POOL_KEY, "value": pool, "effect": "NoSchedule"}], images=images)
 
     # The chart comes first: it holds the NodeImages CRD the worker's agent publishes to.
     by_name = {}
@@ -354,7 +470,9 @@ def measure(plane, worker: Worker, receiver, chosen, binaries, folder, args, sto
         by_name["image-preflight"] = setups.image_preflight(plane, folder / "image-preflight", stoppers)
     else:  # the agent still lists the worker's runtime, from which its status is made
         apply_service_accounts(plane)
-    setups.agent(plane, worker.name, worker.endpoint, folder, stoppers)
+    agent = setups.agent(plane, worker.name, worker.endpoint, folder, stoppers)
+    if "image-preflight" in by_name:  # its CPU and RSS are image-preflight's with serve's
+        by_name["image-preflight"].pids.append(agent)
     published = wait_for(lambda: setups.published(plane, worker.name), "the worker's NodeImages", timeout_s=60)
     if worker.real is None:
         plane.core().patch_node_status(worker.name, {"status": {"images": kubelet_status_images(published)}})
@@ -372,10 +490,11 @@ def measure(plane, worker: Worker, receiver, chosen, binaries, folder, args, sto
             by_name[name] = setups.no_policy(plane)
         elif name == "cel":
             by_name[name] = setups.cel(plane, listed)
-        elif name == "gatekeeper":
-            by_name[name] = setups.gatekeeper(plane, binaries, folder / "gatekeeper", stoppers)
-        elif name == "kyverno":
-            by_name[name] = setups.kyverno(plane, binaries, folder / "kyverno", stoppers)
+        elif name == "cel-best":
+            by_name[name] = setups.cel_best(plane)
+    for peer_of, setup in (("gatekeeper", setups.gatekeeper), ("kyverno", setups.kyverno)):
+        if shapes := [name for name in chosen if name.split("-")[0] == peer_of]:
+            by_name.update((peer.name, peer) for peer in setup(plane, binaries, folder / peer_of, stoppers, shapes))
     peers = [by_name[name] for name in PEERS if name in by_name]
 
     batch = k8s.BatchV1Api(plane.api_client())
@@ -387,15 +506,21 @@ def measure(plane, worker: Worker, receiver, chosen, binaries, folder, args, sto
                      f"{peer.name} decides", timeout_s=setups.READY_S, interval_s=1.0)
 
     fates = observe_on_node(plane, worker, all_cases, template_job) if worker.real else None
-    print_decisions(batch, peers, all_cases, template_job, fates)
-    print_latency(plane, receiver, peers, rollout_job(held, template_job), args)
+    print_decisions(batch, peers, all_cases, template_job, fates, worker.name)
+
+    def fresh_job() -> dict:
+        """A Job of an image no node holds and no request named before: every decision made anew."""
+        return rollout_job(replace(absent, image=f"swe-smith/fresh-{uuid.uuid4().hex[:12]}:openai"), template_job)
+
+    print_latency(plane, receiver, peers, fresh_job, args)
     return 0
 
 
-def print_decisions(batch, peers, all_cases: list[Case], template_job: dict, fates: list[str] | None) -> None:
+def print_decisions(batch, peers, all_cases: list[Case], template_job: dict, fates: list[str] | None,
+                    worker: str) -> None:
     """Each policy's answer to each case, marked against the right answer."""
     judged = [p for p in peers if p.name != "none"]
-    answers = {peer.name: [admitted(batch, peer.namespace, rollout_job(case, template_job)) for case in all_cases]
+    answers = {peer.name: [answer_of(batch, peer.namespace, case, template_job, worker) for case in all_cases]
                for peer in judged}
     print(f"\n## Decisions on {len(all_cases)} rollout Jobs (✓ right, ✗ wrong)\n")
     seen = " on the real node |" if fates else ""
@@ -414,43 +539,76 @@ def print_decisions(batch, peers, all_cases: list[Case], template_job: dict, fat
 
 
 
-def print_latency(plane, receiver: SpanReceiver, peers, job: dict, args) -> None:
-    """The two phases of creating the admitted `job`, the peers interleaved."""
+NAN = float("nan")
+TIMES = ("client p50", "client p99", "Create p50", "Create p99", "webhook p50", "webhook p99", "webhook max")
+
+
+def phase_figures(plane, receiver: SpanReceiver, peers, new_job: Callable[[], dict], rate: float | None,
+                  args) -> tuple[dict[str, dict[str, float]], float]:
+    """One phase: by peer its creations, their times (s), webhook calls, CPU s and RSS MiB; and
+    the apiserver's CPU s."""
+    time.sleep(6)  # the apiserver exports spans every 5 s: the last phase's are in
+    receiver.clear()
     procs = {peer.name: peer.pids for peer in peers}
     apiserver = [plane.apiserver.popen.pid]
+    cpu_before = {name: tree_cpu_seconds(pids) for name, pids in procs.items()}
+    apiserver_before = tree_cpu_seconds(apiserver)
+    latencies = run_phase(plane, peers, new_job, args.seconds, rate=rate, clients=args.clients)
+    cpu = {name: tree_cpu_seconds(pids) - cpu_before[name] for name, pids in procs.items()}
+    apiserver_cpu = tree_cpu_seconds(apiserver) - apiserver_before
+    time.sleep(6)
+    figures = {}
+    for peer in peers:
+        values = latencies[peer.name]
+        creates, calls = span_seconds(receiver, peer)
+        figures[peer.name] = {
+            "creations": len(values), "client p50": percentile(values, .5), "client p99": percentile(values, .99),
+            "Create p50": percentile(creates, .5), "Create p99": percentile(creates, .99),
+            "webhook calls": len(calls) if peer.webhook else NAN,
+            "webhook p50": percentile(calls, .5) if peer.webhook else NAN,
+            "webhook p99": percentile(calls, .99) if peer.webhook else NAN,
+            "webhook max": max(calls, default=NAN) if peer.webhook else NAN,
+            "CPU s": cpu[peer.name] if peer.pids else NAN,
+            "RSS MiB": tree_rss_mib(peer.pids) if peer.pids else NAN}
+    return figures, apiserver_cpu
+
+
+def spread(values: list[float], scale: float = 1.0, digits: int = 1) -> str:
+    """The median of the runs, and their range when there are several."""
+    values = [v * scale for v in values if v == v]
+    if not values:
+        return "–"
+    median = f"{statistics.median(values):.{digits}f}"
+    return median if len(values) == 1 else f"{median} ({min(values):.{digits}f}–{max(values):.{digits}f})"
+
+
+def print_latency(plane, receiver: SpanReceiver, peers, new_job: Callable[[], dict], args) -> None:
+    """The two phases of creating `new_job()`s, the peers interleaved, each run --runs times."""
     for title, rate in ((f"fixed rate, {args.rate:g} creations/s in all", args.rate),
                         (f"saturation, {args.clients} clients", None)):
-        time.sleep(6)  # the apiserver exports spans every 5 s: the last phase's are in
-        receiver.clear()
-        cpu_before = {name: tree_cpu_seconds(pids) for name, pids in procs.items()}
-        apiserver_before = tree_cpu_seconds(apiserver)
-        latencies = run_phase(plane, peers, job, args.seconds, rate=rate, clients=args.clients)
-        cpu = {name: tree_cpu_seconds(pids) - cpu_before[name] for name, pids in procs.items()}
-        apiserver_cpu = tree_cpu_seconds(apiserver) - apiserver_before
-        time.sleep(6)
-        print(f"\n## Latency, {title}, {args.seconds:g} s\n")
-        print("ms; Create and webhook: the apiserver's spans of the request and of its webhook call; "
-              f"CPU s and RSS: the policy's own process (the apiserver used {apiserver_cpu:.1f} CPU s); "
-              "÷: ratios of client p50s.\n")
-        print("| policy | creations | client p50 | client p99 | Create p50 | Create p99 | webhook p50 | "
-              "webhook p99 | webhook max | CPU s | RSS MiB | p50 ÷ CEL | p50 ÷ none |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-        base = {name: statistics.median(values) for name, values in latencies.items() if values}
+        runs = [phase_figures(plane, receiver, peers, new_job, rate, args) for _ in range(args.runs)]
+        print(f"\n## Latency, {title}, {args.seconds:g} s, {args.runs} runs\n")
+        print("ms, the median of the runs (their range); Create and webhook: the apiserver's spans of the "
+              "request and of its webhook call, the calls counted over all runs; CPU s and RSS: the "
+              "policy's own processes, one for both shapes of Gatekeeper and of Kyverno (the apiserver "
+              f"used {spread([cpu for _, cpu in runs])} CPU s); ÷: ratios of client p50s.\n")
+        print("| policy | creations | " + " | ".join(TIMES[:4]) + " | webhook calls | " + " | ".join(TIMES[4:])
+              + " | CPU s | RSS MiB | p50 ÷ CEL | p50 ÷ none |")
+        print("|---" * 14 + "|")
         for peer in peers:
-            values = latencies[peer.name]
-            creates, calls = span_seconds(receiver, peer)
-            cells = [peer.name, str(len(values)), ms(percentile(values, .5)), ms(percentile(values, .99)),
-                     ms(percentile(creates, .5)), ms(percentile(creates, .99))]
-            if peer.webhook:
-                cells += [ms(percentile(calls, .5)), ms(percentile(calls, .99)), ms(max(calls, default=float("nan")))]
-            else:
-                cells += ["–", "–", "–"]
+            by_run = [figures[peer.name] for figures, _ in runs]
+            cells = [peer.name, str(sum(f["creations"] for f in by_run))]
+            cells += [spread([f[name] for f in by_run], 1000) for name in TIMES[:4]]
+            cells.append(str(sum(f["webhook calls"] for f in by_run)) if peer.webhook else "–")
+            cells += [spread([f[name] for f in by_run], 1000) for name in TIMES[4:]]
             if peer.pids:
-                cells += [f"{cpu[peer.name]:.1f}", f"{tree_rss_mib(peer.pids):.0f}"]
+                cells += [spread([f["CPU s"] for f in by_run]), spread([f["RSS MiB"] for f in by_run], digits=0)]
             else:
-                cells += ["in the apiserver" if peer.name == "cel" else "–", "–"]
-            cells += [f"{base[peer.name] / base[b]:.2f}" if b in base and peer.name in base else "–"
-                      for b in ("cel", "none")]
+                cells += ["in the apiserver" if peer.name.startswith("cel") else "–", "–"]
+            for base in ("cel", "none"):
+                ratios = [figures[peer.name]["client p50"] / figures[base]["client p50"]
+                          for figures, _ in runs if base in figures]
+                cells.append(spread(ratios, digits=2))
             print("| " + " | ".join(cells) + " |")
 
 

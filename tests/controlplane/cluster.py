@@ -380,10 +380,11 @@ PARKED = {"key": "image-preflight.test/parked", "value": "true", "effect": "NoSc
 
 def create_node(plane: ControlPlane, name: str, *, images: list[list[str]] | None = None,
                 labels: dict | None = None, taints: list[dict] | None = None, unschedulable: bool = False,
-                wait_ready: bool = True) -> dict:
+                wait_ready: bool = True, ready: bool = True) -> dict:
     """Create a Node through the API and post its status as its kubelet would; by default wait
     until the node lifecycle controller has lifted the not-ready taint admission gave it.
-    `taints` defaults to [PARKED]; pass [] for a node any Pod may land on."""
+    `taints` defaults to [PARKED]; pass [] for a node any Pod may land on. Not `ready`: its
+    status says so, and the not-ready taint stays."""
     if taints is None:
         taints = [PARKED]
     core = plane.core()
@@ -393,8 +394,8 @@ def create_node(plane: ControlPlane, name: str, *, images: list[list[str]] | Non
             "spec": {"taints": taints, "unschedulable": unschedulable}}
     node = core.create_node(body)
     renew_lease(k8s.CoordinationV1Api(core.api_client), name, node.metadata.uid)
-    core.patch_node_status(name, {"status": node_status(images or [])})
-    if wait_ready:
+    core.patch_node_status(name, {"status": node_status(images or [], ready=ready)})
+    if wait_ready and ready:
         wait_for(lambda: not any(t.key == NOT_READY for t in core.read_node(name).spec.taints or ()),
                  f"node {name}: the not-ready taint is lifted")
     return core.read_node(name).to_dict()
