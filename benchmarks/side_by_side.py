@@ -68,6 +68,11 @@ PAUSE = "registry.k8s.io/pause:3.10"  # in every node's status: the sandbox imag
 NAMES_PER_IMAGE = 5  # pkg/kubelet/nodestatus/setters.go, MaxNamesPerImageInNodeStatus
 
 
+def program(peer: str) -> str:
+    """What runs a peer's shapes: "gatekeeper" for gatekeeper-best too."""
+    return peer.split("-")[0]
+
+
 def smith(name: str) -> str:
     return f"docker.io/swe-smith/{name}:openai"
 
@@ -120,7 +125,7 @@ class Case:
     resume: bool = False  # created suspended, then resumed by an UPDATE: the answer to the UPDATE
     on_gpu: bool = False  # selects the GPU node and tolerates its taint
     avoid_gpu: bool = False  # tolerates the GPU taint, its required node affinity excludes GPU nodes
-    node_name: str | None = None
+    on_worker_by_name: bool = False  # nodeName the worker: no scheduler
     pool: str | None = None  # selects a pool of nodes and tolerates the pool's taint
     pod: bool = False  # the Pod a Deployment's ReplicaSet creates, not a Job
 
@@ -156,7 +161,8 @@ def cases(digest: str) -> list[Case]:
         Case("on the GPU node, tolerated, affinity excludes it", False,
              "required node affinity leaves the worker: ErrImagePull", "swe-smith/gpu-only:openai", avoid_gpu=True),
         Case("on the GPU node, nodeName the worker", False,
-             "no scheduler: the worker's kubelet pulls, ErrImagePull", "swe-smith/gpu-only:openai", node_name="worker"),
+             "no scheduler: the worker's kubelet pulls, ErrImagePull", "swe-smith/gpu-only:openai",
+             on_worker_by_name=True),
         Case("only on the cordoned node", False, "scheduled to the worker, ErrImagePull",
              "swe-smith/cordoned-only:openai"),
         Case("only on a not-ready node", False, "its not-ready taint (NoSchedule) sends it to the worker: ErrImagePull",
@@ -192,8 +198,8 @@ def cases(digest: str) -> list[Case]:
 
 
 def rollout_job(case: Case, template_job: dict, *, worker: str = WORKER) -> dict:
-    """agent-lightning's Job for the row, with the case's image and changes; a case's `nodeName`
-    "worker" is `worker`."""
+    """agent-lightning's Job for the row, with the case's image and changes; `worker` the node a
+    case naming it is bound to."""
     job = copy.deepcopy(template_job)
     job["metadata"]["name"] = f"agl-rollout-{uuid.uuid4().hex[:8]}"
     pod = job["spec"]["template"]["spec"]
@@ -220,8 +226,8 @@ def rollout_job(case: Case, template_job: dict, *, worker: str = WORKER) -> dict
         pod["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
             {"matchExpressions": [{"key": key, "operator": "NotIn", "values": [value]}
                                   for key, value in GPU_LABEL.items()]}]}}}
-    if case.node_name:
-        pod["nodeName"] = worker if case.node_name == "worker" else case.node_name
+    if case.on_worker_by_name:
+        pod["nodeName"] = worker
     if case.pool:
         pod["nodeSelector"] = {POOL_KEY: case.pool}
         pod["tolerations"] = [{"key": POOL_KEY, "value": case.pool, "effect": "NoSchedule"}]
@@ -236,28 +242,17 @@ def replica_pod(job: dict) -> dict:
             "spec": {**template["spec"], "restartPolicy": "Always"}}
 
 
-def admitted(batch: k8s.BatchV1Api, namespace: str, job: dict) -> bool | str:
-    """True, False (denied), or the error when neither."""
-    try:
-        batch.create_namespaced_job(namespace, job, dry_run="All", _request_timeout=30)
-        return True
-    except ApiException as exc:
-        return False if 400 <= exc.status < 500 else f"HTTP {exc.status}"
-
-
 def answer_of(batch: k8s.BatchV1Api, namespace: str, case: Case, template_job: dict, worker: str) -> bool | str:
-    """The policy's answer to the case's request: a Job's create, a Pod's create, or the UPDATE
-    that resumes a Job (a Job whose create was denied is never resumed: False)."""
+    """The policy's answer to the case's request, a Job's create, a Pod's create, or the UPDATE
+    that resumes a Job (a Job whose create was denied is never resumed): True, False (denied), or
+    the error when neither."""
     job = rollout_job(case, template_job, worker=worker)
     try:
         if case.pod:
             k8s.CoreV1Api(batch.api_client).create_namespaced_pod(namespace, replica_pod(job), dry_run="All",
                                                                   _request_timeout=30)
         elif case.resume:
-            try:
-                batch.create_namespaced_job(namespace, job, _request_timeout=30)
-            except ApiException as exc:
-                return False if 400 <= exc.status < 500 else f"HTTP {exc.status}"
+            batch.create_namespaced_job(namespace, job, _request_timeout=30)
             try:
                 batch.patch_namespaced_job(job["metadata"]["name"], namespace, {"spec": {"suspend": False}},
                                            dry_run="All", _request_timeout=30)
@@ -295,18 +290,18 @@ def observe_on_node(plane, worker: Worker, all_cases: list[Case], template_job: 
     namespace = new_namespace(plane, rollout_scripts=True)
     batch = k8s.BatchV1Api(plane.api_client())
     core = plane.core()
-    selectors = []
+    selectors: list[dict[str, str]] = []  # how to list each case's Pods
     for case in all_cases:
         job = rollout_job(case, template_job, worker=worker.name)
         name = job["metadata"]["name"]
         if case.pod:
             core.create_namespaced_pod(namespace, replica_pod(job))
-            selectors.append(f"metadata.name={name}")
+            selectors.append({"field_selector": f"metadata.name={name}"})
             continue
         job["spec"]["activeDeadlineSeconds"] = int(OBSERVE_S) * 2
         job["spec"]["suspend"] = case.suspend
         batch.create_namespaced_job(namespace, job)
-        selectors.append(f"batch.kubernetes.io/job-name={name}")
+        selectors.append({"label_selector": f"batch.kubernetes.io/job-name={name}"})
     found: dict[int, str] = {}
     deadline = time.monotonic() + OBSERVE_S
     awaited = sum(not case.suspend for case in all_cases)  # a suspended Job's Pod is awaited to the deadline
@@ -314,8 +309,7 @@ def observe_on_node(plane, worker: Worker, all_cases: list[Case], template_job: 
         for index, selector in enumerate(selectors):
             if index in found:
                 continue
-            by = "field_selector" if selector.startswith("metadata.") else "label_selector"
-            for pod in core.list_namespaced_pod(namespace, **{by: selector}).items:
+            for pod in core.list_namespaced_pod(namespace, **selector).items:
                 if pod.spec.node_name and pod.spec.node_name != worker.name:
                     found[index] = f"bound to {pod.spec.node_name}: no kubelet runs it here"
                 elif (seen := fate(pod)) is not None:
@@ -401,7 +395,7 @@ def main() -> int:
     unknown = sorted(set(chosen) - set(PEERS))
     if unknown:
         parser.error(f"--peers: unknown {', '.join(unknown)} (known: {', '.join(PEERS)})")
-    binaries = setups.peers_folder() if any(name.split("-")[0] in ("gatekeeper", "kyverno") for name in chosen) else None
+    binaries = setups.peers_folder() if {"gatekeeper", "kyverno"} & {program(name) for name in chosen} else None
     if args.real_node and (reason := missing_parts()) is not None:
         parser.error(f"--real-node: {reason}")
     folder = Path(tempfile.mkdtemp(prefix="side-by-side-"))
@@ -457,10 +451,10 @@ def measure(plane, worker: Worker, receiver, chosen, binaries, folder, args, sto
     create_node(plane, CORDONED, taints=[], unschedulable=True,
                 images=[["docker.io/swe-smith/cordoned-only:openai"]])
     create_node(plane, NOT_READY, taints=[], ready=False, images=[["docker.io/swe-smith/not-ready-only:openai"]])
-    for name, images in ((f"{PAIR}-a", [["docker.io/swe-smith/pair-one:openai"]]), (f"{PAIR}-b", [[PAUSE]]),
-                         # no agent, its kubelet's status at the cap
-                         (STALE, [[smith(f"stale-filler-{i:02d}")] for i in range(MAX_IMAGES)])):
-        pool = name.split("-")[0]
+    for name, pool, images in ((f"{PAIR}-a", PAIR, [["docker.io/swe-smith/pair-one:openai"]]),
+                               (f"{PAIR}-b", PAIR, [[PAUSE]]),
+                               # no agent, its kubelet's status at the cap
+                               (STALE, STALE, [[smith(f"stale-filler-{i:02d}")] for i in range(MAX_IMAGES)])):
         create_node(plane, name, labels={POOL_KEY: pool},
                     taints=[{"key": POOL_KEY, "value": pool, "effect": "NoSchedule"}], images=images)
 
@@ -493,7 +487,7 @@ def measure(plane, worker: Worker, receiver, chosen, binaries, folder, args, sto
         elif name == "cel-best":
             by_name[name] = setups.cel_best(plane)
     for peer_of, setup in (("gatekeeper", setups.gatekeeper), ("kyverno", setups.kyverno)):
-        if shapes := [name for name in chosen if name.split("-")[0] == peer_of]:
+        if shapes := [name for name in chosen if program(name) == peer_of]:
             by_name.update((peer.name, peer) for peer in setup(plane, binaries, folder / peer_of, stoppers, shapes))
     peers = [by_name[name] for name in PEERS if name in by_name]
 
@@ -501,8 +495,8 @@ def measure(plane, worker: Worker, receiver, chosen, binaries, folder, args, sto
     held, absent = all_cases[0], all_cases[1]
     for peer in peers:
         if peer.name != "none":
-            wait_for(lambda: admitted(batch, peer.namespace, rollout_job(absent, template_job)) is False
-                     and admitted(batch, peer.namespace, rollout_job(held, template_job)) is True,
+            wait_for(lambda: answer_of(batch, peer.namespace, absent, template_job, worker.name) is False
+                     and answer_of(batch, peer.namespace, held, template_job, worker.name) is True,
                      f"{peer.name} decides", timeout_s=setups.READY_S, interval_s=1.0)
 
     fates = observe_on_node(plane, worker, all_cases, template_job) if worker.real else None
