@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from image_preflight.core.admission.steering import STEERED_TO
-from tests.controlplane.cluster import create_node, delete_namespaces, wait_for
+from tests.controlplane.cluster import create_node, delete_namespaces, open_nodes, wait_for
 from tests.controlplane.webhook import ServedWebhook
 from tests.builders.stalls import DENIED_PREFIX, ENFORCE_LABEL, containerd_names, job_manifest
 from tests.chart import API_ONLY, apply, merged, secret_values
@@ -47,11 +47,25 @@ def steered(control_plane, deployed, tmp_path_factory):  # noqa: F811 - fixtures
         served.start()
         namespace = new_namespace(control_plane, ENFORCE_LABEL)
         namespaces.append(namespace)
-        # The apiserver picks up both configurations from its informers: wait until it steers.
+        # The apiserver picks up both configurations from its informers: wait until it steers. Until
+        # it calls /mutate, /validate alone denies the probe (ON_ONE is absent from two nodes).
         probe = {"metadata": {"generateName": "probe-"}, "spec": {"containers": [
             {"name": "c", "image": ON_ONE, "imagePullPolicy": "IfNotPresent"}]}}
-        wait_for(lambda: (core.create_namespaced_pod(namespace, probe, dry_run="All").metadata.annotations or {})
-                 .get(STEERED_TO), "the apiserver calls /mutate", timeout_s=60)
+
+        def steers() -> str | None:
+            try:
+                created = core.create_namespaced_pod(namespace, probe, dry_run="All")
+            except ApiException as exc:
+                if exc.status == 422 and DENIED_PREFIX in (exc.body or ""):
+                    return None
+                raise
+            return (created.metadata.annotations or {}).get(STEERED_TO)
+
+        try:
+            wait_for(steers, "the apiserver calls /mutate", timeout_s=60)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; nodes a Pod may land on: {sorted(open_nodes())}\n"
+                                 f"serve:\n{served.tail()}") from None
         yield control_plane, served, namespaces
     finally:
         served.stop()

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from tests.controlplane.cluster import KUBELET_PORT, create_node, new_namespace, wait_for
+from tests.controlplane.cluster import KUBELET_PORT, create_node, new_namespace, open_nodes, wait_for
 from tests.controlplane.webhook import ServedWebhook
 from tests.builders.stalls import DENIED_PREFIX, ENFORCE_LABEL, WEBHOOK, containerd_names, job_manifest
 from tests.chart import AGENT_NAMESPACE, API_ONLY, apply, merged, secret_values
@@ -119,7 +119,7 @@ def test_a_held_image_runs_to_a_pod_bound_to_a_node_the_webhook_called_eligible(
     (pod,) = pods
     # The webhook decided that Pod (not failurePolicy Ignore): its decision line names it.
     lines = [d for d in webhook.decisions() if d["kind"] == "Pod" and d["name"] == pod.metadata.name]
-    assert [d["decision"] for d in lines] == ["allow"], lines
+    assert [d["decision"] for d in lines] == ["allow"], f"{lines}; nodes a Pod may land on: {sorted(open_nodes())}"
     live_nodes = [NodeTraits.from_node(core.api_client.sanitize_for_serialization(n)) for n in core.list_node().items]
     spec = core.api_client.sanitize_for_serialization(pod.spec)
     del spec["nodeName"]  # the scheduler's binding, not part of what it was asked
@@ -317,10 +317,11 @@ def test_dump_and_scan_read_the_live_cluster(control_plane, webhook, tmp_path):
                             for i, image in enumerate([HELD, MISSING, HELD_ON_ONE])))
     out = tmp_path / "out"
     out.mkdir()
+    report = tmp_path / "report.json"
     assert main(["scan", str(rows), "--image", "{{ input.image_name }}:openai", "--inventory", str(dump),
-                 "--out-dir", str(out)]) == 0
+                 "--out-dir", str(out), "--report", str(report)]) == 0
     kept = [json.loads(line)["instance_id"] for line in (out / "train.jsonl").read_text().splitlines()]
-    assert kept == [0]
+    assert kept == [0], [(d["row"], d["reason"], d.get("nodes")) for d in json.loads(report.read_text())["dropped"]]
 
 
 def test_the_apiserver_adds_exactly_the_default_tolerations_the_decision_assumes(control_plane):
@@ -340,7 +341,8 @@ def test_the_apiserver_defaults_an_image_volume_pull_policy_as_the_decision_does
     image_preflight.core.decide.workloads computes for a volume without one."""
     from image_preflight.core.decide.workloads import container_images
 
-    spec = {"containers": [{"name": "c", "image": HELD}],
+    spec = {"containers": [{"name": "c", "image": HELD, "volumeMounts": [
+                {"name": "tagged", "mountPath": "/tagged"}, {"name": "untagged", "mountPath": "/untagged"}]}],
             "volumes": [{"name": "tagged", "image": {"reference": HELD}},
                         {"name": "untagged", "image": {"reference": "swe-smith/tools"}}]}
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec}
