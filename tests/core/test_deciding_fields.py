@@ -51,6 +51,7 @@ READ = {
     "a pull policy": _set(("containers", 0, "imagePullPolicy"), "Always"),
     "an image volume's name": _set(("volumes", 1, "name"), "kit"),
     "an image volume's reference": _set(("volumes", 1, "image", "reference"), HELD),
+    "which volumes a container mounts, beside an image volume": _set(("containers", 0, "volumeMounts"), []),
     # Messages number volumes: a volume without an image still holds its place.
     "a volume before an image volume": lambda spec: spec["volumes"].pop(0),
     "the node selector": _set(("nodeSelector",), {"pool": "gpu"}),
@@ -114,12 +115,22 @@ def test_names_are_read_they_label_the_decisions_messages(what):
     assert _decided(_changed(READ[what])) != _decided(SPEC)
 
 
-def test_places_are_read_an_unnamed_image_volume_is_labelled_by_its_index():
-    unnamed = _changed(lambda spec: spec["volumes"][1].pop("name"))
-    moved = copy.deepcopy(unnamed)
-    moved["volumes"].pop(0)
-    assert _decided(moved) != _decided(unnamed)
-    assert _views(moved) != _views(unnamed) and _update_decided(unnamed, moved)
+def test_an_image_volume_no_container_mounts_is_not_decided():
+    """The kubelet pulls it but holds back only the containers that mount it
+    (pkg/kubelet/kuberuntime/kuberuntime_manager.go, toKubeContainerImageVolumes)."""
+    unmounted = _changed(_set(("containers", 0, "volumeMounts"), [{"name": "scratch", "mountPath": "/s"}]))
+    assert [v.image.label for v in _decided(SPEC).verdicts] == ["container 'setup'", "container 'agent'",
+                                                                 "volume 'tools'"]
+    assert [v.image.label for v in _decided(unmounted).verdicts] == ["container 'setup'", "container 'agent'"]
+    assert _views(unmounted) != _views(SPEC) and _update_decided(SPEC, unmounted)
+
+
+def test_mounts_are_read_only_beside_an_image_volume():
+    plain = _changed(lambda spec: spec["volumes"].pop(1))
+    remounted = copy.deepcopy(plain)
+    remounted["containers"][0]["volumeMounts"] = [{"name": "scratch", "mountPath": "/s"}]
+    assert deciding_fields(remounted) == deciding_fields(plain)
+    assert _views(remounted) == _views(plain) and not _update_decided(plain, remounted)
 
 
 def test_deciding_the_deciding_fields_decides_the_whole_spec():

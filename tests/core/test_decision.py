@@ -440,9 +440,18 @@ def test_a_missing_image_volume_denies_and_is_named_as_a_volume():
     from image_preflight.core.admission.messages import denial_message
 
     spec = pod(SWE, volumes=[{"name": "tools", "image": {"reference": "swe/tools:v1"}}])
+    spec["containers"][0]["volumeMounts"] = [{"name": "tools", "mountPath": "/tools"}]
     decision = decide(spec, inv(node("n1", SWE)))
     assert decision.outcome == DENY and statuses(decision) == [PRESENT, MISSING]
     assert "image 'swe/tools:v1' (volume 'tools', imagePullPolicy IfNotPresent) is absent" in denial_message(decision)
+
+
+def test_a_missing_image_volume_no_container_mounts_is_allowed():
+    """The kubelet's failed pull of it holds back no container (kuberuntime_manager.go,
+    toKubeContainerImageVolumes): the pod runs."""
+    spec = pod(SWE, volumes=[{"name": "tools", "image": {"reference": "swe/tools:v1"}}])
+    decision = decide(spec, inv(node("n1", SWE)))
+    assert decision.outcome == ALLOW and statuses(decision) == [PRESENT]
 
 
 # --- remembered decisions (image_preflight.core.decide.memory) ------------------------------------

@@ -203,18 +203,24 @@ def test_bad_shapes_name_the_field(spec, message):
 
 def test_image_volumes_are_pulled_like_containers_with_the_same_defaulting():
     """pkg/apis/core/v1/defaults.go, SetDefaults_Volume: an image volume's pullPolicy defaults as a
-    container's does; the kubelet pulls `reference` before the pod starts."""
-    spec = {"containers": [{"name": "agent", "image": "swe/task:openai"}],
+    container's does; the kubelet pulls `reference` before the containers that mount it start
+    (pkg/kubelet/kuberuntime/kuberuntime_manager.go, toKubeContainerImageVolumes): one no container
+    mounts holds back nothing."""
+    mounts = [{"name": name, "mountPath": f"/{name}"} for name in ("tools", "latest", "never", "scripts")]
+    spec = {"initContainers": [{"name": "setup", "image": "swe/task:openai", "volumeMounts": mounts[2:3]}],
+            "containers": [{"name": "agent", "image": "swe/task:openai", "volumeMounts": mounts[:2] + mounts[3:]}],
             "volumes": [{"name": "tools", "image": {"reference": "swe/tools:v1"}},
                         {"name": "latest", "image": {"reference": "swe/tools", "pullPolicy": ""}},
                         {"name": "never", "image": {"reference": "swe/tools:v1", "pullPolicy": "Never"}},
+                        {"name": "unmounted", "image": {"reference": "swe/unmounted:v1"}},
                         {"name": "scripts", "configMap": {"name": "agent-scripts"}}]}
     found = [(i.field, i.container, i.image, i.pull_policy) for i in container_images(spec)]
-    assert found == [("containers", "agent", "swe/task:openai", "IfNotPresent"),
+    assert found == [("initContainers", "setup", "swe/task:openai", "IfNotPresent"),
+                     ("containers", "agent", "swe/task:openai", "IfNotPresent"),
                      ("volumes", "tools", "swe/tools:v1", "IfNotPresent"),
                      ("volumes", "latest", "swe/tools", "Always"),
                      ("volumes", "never", "swe/tools:v1", "Never")]
-    assert container_images(spec)[1].label == "volume 'tools'"
+    assert container_images(spec)[2].label == "volume 'tools'"
 
 
 @pytest.mark.parametrize(("volume", "field"), [

@@ -97,7 +97,11 @@ def container_images(spec: Mapping) -> list[ContainerImage]:
             found.append(_image(f"spec.{field}[{index}]", container, "image", "imagePullPolicy",
                                 field, container.get("name"), index))
     # The kubelet pulls an image volume's reference as it pulls a container's image, with the same
-    # pull-policy defaulting (pkg/apis/core/v1/defaults.go, SetDefaults_Volume).
+    # pull-policy defaulting (pkg/apis/core/v1/defaults.go, SetDefaults_Volume). It pulls every one
+    # before it starts a container, but a failed pull holds back only the containers that mount that
+    # volume (pkg/kubelet/kuberuntime/kuberuntime_manager.go, getImageVolumes and
+    # toKubeContainerImageVolumes): one no container mounts makes no pod wait.
+    mounted = _mounted(spec)
     for index, volume in _entries(spec, VOLUMES):
         source = volume.get("image") if isinstance(volume, Mapping) else None
         if source is None:
@@ -105,8 +109,22 @@ def container_images(spec: Mapping) -> list[ContainerImage]:
         where = f"spec.{VOLUMES}[{index}].image"
         if not isinstance(source, Mapping):
             raise WorkloadError(f"{where}: not a mapping")
-        found.append(_image(where, source, "reference", "pullPolicy", VOLUMES, volume.get("name"), index))
+        image = _image(where, source, "reference", "pullPolicy", VOLUMES, volume.get("name"), index)
+        if volume.get("name") in mounted:
+            found.append(image)
     return found
+
+
+def _mounted(spec: Mapping) -> set[str]:
+    """The names of the volumes some container of the pod mounts."""
+    names = set()
+    for field in CONTAINER_FIELDS:
+        for _, container in _entries(spec, field):
+            mounts = container.get("volumeMounts") if isinstance(container, Mapping) else None
+            for mount in mounts if isinstance(mounts, list) else ():
+                if isinstance(mount, Mapping) and isinstance(mount.get("name"), str):
+                    names.add(mount["name"])
+    return names
 
 
 def deciding_fields(spec: Mapping) -> dict:
@@ -117,22 +135,32 @@ def deciding_fields(spec: Mapping) -> dict:
     included, and deciding this pod spec decides the whole one. Malformed values are kept as they
     are, to be decided as such."""
     fields: dict = {}
+    volumes = spec.get(VOLUMES)
+    if VOLUMES in spec:
+        fields[VOLUMES] = [_image_volume(v) for v in volumes] if isinstance(volumes, list) else volumes
+    # Which volumes the containers mount matters only when one of them is an image volume.
+    mounts = not isinstance(volumes, list) or any(fields[VOLUMES])
     for field in CONTAINER_FIELDS:
         if field in spec:
-            fields[field] = _only(spec[field], ("name", "image", "imagePullPolicy"))
-    if VOLUMES in spec:
-        volumes = spec[VOLUMES]
-        fields[VOLUMES] = [_image_volume(v) for v in volumes] if isinstance(volumes, list) else volumes
+            fields[field] = _only(spec[field], ("name", "image", "imagePullPolicy"), mounts=mounts)
     for field in SCHEDULING_FIELDS:
         if field in spec:
             fields[field] = spec[field]
     return fields
 
 
-def _only(items: object, keys: tuple[str, ...]) -> object:
+def _only(items: object, keys: tuple[str, ...], *, mounts: bool) -> object:
+    """Each container's `keys`, and with `mounts` the names of the volumes it mounts."""
     if not isinstance(items, list):
         return items
-    return [{k: item[k] for k in keys if k in item} if isinstance(item, Mapping) else item for item in items]
+    kept = [{k: item[k] for k in keys if k in item} if isinstance(item, Mapping) else item for item in items]
+    if mounts:
+        for item, only in zip(items, kept):
+            if isinstance(item, Mapping) and "volumeMounts" in item:
+                listed = item["volumeMounts"]
+                only["volumeMounts"] = ([{"name": m.get("name")} if isinstance(m, Mapping) else m for m in listed]
+                                        if isinstance(listed, list) else listed)
+    return kept
 
 
 def _image_volume(volume: object) -> dict:
