@@ -65,6 +65,17 @@ KYVERNO_BEST_WEBHOOK = "vpol.validate.kyverno.svc-fail"  # and for a ValidatingP
 IMAGE_PREFLIGHT_WEBHOOK = "validate.image-preflight.io"
 
 
+class NotRunnable(Exception):
+    """A peer that cannot be set up as written on this cluster; the message says why."""
+
+
+def _message(exc: ApiException) -> str:
+    try:
+        return json.loads(exc.body or "")["message"]
+    except (ValueError, KeyError, TypeError):
+        return str(exc.reason)
+
+
 @dataclass
 class Peer:
     name: str
@@ -156,9 +167,17 @@ def cel_best(plane: ControlPlane) -> Peer:
     crd, policy = yaml.safe_load_all((POLICIES / "cel-best.yaml").read_text())
     _apply(plane, [crd])
     plane.kubectl("wait", "--for=condition=Established", "--timeout=60s", f"crd/{crd['metadata']['name']}")
-    _apply(plane, [{"apiVersion": "policy.example.com/v1", "kind": "NodeFacts",
-                    "metadata": {"name": "nodes", "namespace": ns},
-                    "spec": {"nodes": [node_facts(node) for node in plane.core().list_node().items]}}])
+    facts = {"apiVersion": "policy.example.com/v1", "kind": "NodeFacts", "metadata": {"name": "nodes", "namespace": ns},
+             "spec": {"nodes": [node_facts(node) for node in plane.core().list_node().items]}}
+    try:
+        k8s.CustomObjectsApi(plane.api_client()).create_namespaced_custom_object(
+            "policy.example.com", "v1", ns, "nodefacts", facts)
+    except ApiException as exc:
+        # One object holds every node: past the apiserver's request limit (3 MiB) or etcd's
+        # (--max-request-bytes, 1.5 MiB by default) the refresher cannot write it at all.
+        raise NotRunnable(f"its parameter of {len(facts['spec']['nodes'])} nodes "
+                          f"({len(json.dumps(facts)) / 2**20:.1f} MiB) was refused: {exc.status} "
+                          f"{_message(exc)}") from None
     _apply(plane, [policy])
     _bind(plane, policy["metadata"]["name"], "nodes", ns)
     return Peer("cel-best", ns)
