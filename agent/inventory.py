@@ -7,8 +7,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 
 from image_preflight.agent.cri import RuntimeImage
-from image_preflight.core.decide.references import InvalidReference
 from image_preflight.core.decide.inventory import image_key, image_keys
+from image_preflight.core.decide.references import InvalidReference
 from image_preflight.core.sources.runtime_lists import RENEW_WHEN_REMAINING, parse_time, runtime_object
 
 CREATE, CHANGED, RENEW = "create", "changed", "renew"

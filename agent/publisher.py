@@ -18,7 +18,6 @@ from kubernetes.client.exceptions import ApiException
 
 from image_preflight.agent.cri import CRIError, ImageClient
 from image_preflight.agent.events import ImageEvents
-from image_preflight.agent.metrics import Metrics
 from image_preflight.agent.inventory import (
     RENEW,
     fingerprint,
@@ -27,11 +26,12 @@ from image_preflight.agent.inventory import (
     publish_reason,
     sandbox_image_report,
 )
+from image_preflight.agent.metrics import Metrics
 from image_preflight.agent.pinner import Pinner
-from image_preflight.kube.watch import describe_error
 from image_preflight.agent.renewal import LeaseRenewal, RenewalError, RenewalRefused
 from image_preflight.core.sources.runtime_lists import AGENT_NAMESPACE, GROUP, PLURAL, VERSION, image_hashes
 from image_preflight.errors import UnavailableError
+from image_preflight.kube.watch import describe_error
 
 log = logging.getLogger(__name__)
 

@@ -72,26 +72,43 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+from kubernetes import client as k8s
+
+from benchmarks.figures import hwm_mib, percentile, rss_mib, tree_cpu_seconds
+from benchmarks.fleet_faces import JUDGED_NAMESPACE, Reference, Webhook, job_spans, timed_command
+from image_preflight.agent.cri import RuntimeImage
+from image_preflight.agent.inventory import fingerprint, image_dicts, sandbox_image_report
+from image_preflight.agent.publisher import Publisher
+from image_preflight.core.sources.runtime_lists import (
+    AGENT_NAMESPACE,
+    GROUP,
+    LEASE_GROUP,
+    LEASE_PLURAL,
+    LEASE_VERSION,
+    PLURAL,
+    RENEW_WHEN_REMAINING,
+    VERSION,
+    image_hashes,
+    lease_object,
+    runtime_object,
+)
+from tests.controlplane.cluster import (
+    NOT_READY,
+    ControlPlane,
+    Process,
+    apply_service_accounts,
+    create_node,
+    require_control_plane,
+    wait_for,
+)
+from tests.controlplane.tracing import WEBHOOK_SPAN, SpanReceiver
+from tests.controlplane.webhook import ServedWebhook
+from tests.serving import ServiceConnection, client_context
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-from kubernetes import client as k8s  # noqa: E402
-
-from benchmarks.figures import hwm_mib, percentile, rss_mib, tree_cpu_seconds  # noqa: E402
-from image_preflight.agent.cri import RuntimeImage  # noqa: E402
-from image_preflight.agent.inventory import fingerprint, image_dicts, sandbox_image_report  # noqa: E402
-from image_preflight.agent.publisher import Publisher  # noqa: E402
-from image_preflight.core.sources.runtime_lists import (  # noqa: E402
-    AGENT_NAMESPACE, GROUP, LEASE_GROUP, LEASE_PLURAL, LEASE_VERSION, PLURAL, RENEW_WHEN_REMAINING, VERSION,
-    image_hashes, lease_object, runtime_object)
-from benchmarks.fleet_faces import JUDGED_NAMESPACE, Reference, Webhook, job_spans, timed_command  # noqa: E402
-from tests.controlplane.tracing import WEBHOOK_SPAN, SpanReceiver  # noqa: E402
-from tests.controlplane.webhook import ServedWebhook  # noqa: E402
-from tests.serving import ServiceConnection, client_context  # noqa: E402
-from tests.controlplane.cluster import (NOT_READY, ControlPlane, Process, apply_service_accounts,  # noqa: E402
-                                        create_node, require_control_plane, wait_for)
-
 FLEET_BUILD = ROOT / "benchmarks" / "fleet" / "build"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 FLEET_LABEL = "image-preflight.bench/fleet"
@@ -842,7 +859,8 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             try:
                 served.start(timeout_s=SERVE_READY_DEADLINE_S)  # /readyz answered 200
                 ready_s = time.monotonic() - start
-                held_s = wait_lists_held(served.popen, metrics_port, args.nodes, names, SERVE_READY_DEADLINE_S) + ready_s
+                held_s = wait_lists_held(served.popen, metrics_port, args.nodes, names,
+                                         SERVE_READY_DEADLINE_S) + ready_s
                 gauges = serve_gauges(metrics_port)
                 core = next((i for i in range(100) if all(sets_hold(sets, i))), None)
                 result["serve"] = {
@@ -1081,9 +1099,10 @@ def report(result: dict) -> str:
     for when, label in (("baseline", f"{spans.get('baseline_nodes')} nodes"), ("fleet", f"{result['nodes']:,} nodes")):
         if when in spans:
             sp = spans[when]
-            lines.append(f"Jobs at {sp['rate']:g}/s, dryRun, on {label}: {sp['answers']}; the apiserver's spans: webhook call "
-                         f"p50 / p90 / p99 {milliseconds(sp, 'webhook')} ({sp['calls']} of {sp['judged_jobs']} "
-                         f"judged Jobs), the reference's on {spans.get('baseline_nodes')} nodes at the same moments "
+            lines.append(f"Jobs at {sp['rate']:g}/s, dryRun, on {label}: {sp['answers']}; the apiserver's spans: "
+                         f"webhook call p50 / p90 / p99 {milliseconds(sp, 'webhook')} ({sp['calls']} of "
+                         f"{sp['judged_jobs']} judged Jobs), the reference's on {spans.get('baseline_nodes')} nodes "
+                         f"at the same moments "
                          f"{milliseconds(sp, 'reference')} ({sp['reference_calls']} of {sp['reference_jobs']}), "
                          f"the webhook's over the reference's {over(sp)}; Create, judged "
                          f"{sp['create_judged_p50_s'] * 1e3:.1f} / {sp['create_judged_p99_s'] * 1e3:.1f} ms, unjudged "

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from image_preflight.files.atomic import write_atomic
 from image_preflight.errors import InputError
+from image_preflight.files.atomic import write_atomic
 
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 

@@ -11,8 +11,8 @@ from kubernetes.client.exceptions import ApiException
 
 from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
 from image_preflight.doctor.findings import WEBHOOK_NAME, WebhookTarget
-from image_preflight.kube.cluster_inventory import KubeletUnread, Unreadable, kubelet_reads, list_all
 from image_preflight.kube import write_policies
+from image_preflight.kube.cluster_inventory import KubeletUnread, Unreadable, kubelet_reads, list_all
 from image_preflight.kube.status import status_message
 from image_preflight.kube.watch import describe_error
 

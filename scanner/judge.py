@@ -6,7 +6,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from image_preflight.scanner.slots import Shape, shape_of, substitute, survives_yaml
+from image_preflight.core.decide import decision as core
+from image_preflight.core.decide.inventory import Inventory
+from image_preflight.core.decide.scheduling import SchedulingSpecError
+from image_preflight.core.decide.words import sandbox_clauses
+from image_preflight.core.decide.workloads import WorkloadError, pod_spec_of
 from image_preflight.scanner.render import (
     MISSING,
     JobTemplate,
@@ -17,12 +21,7 @@ from image_preflight.scanner.render import (
     lookup,
     reach,
 )
-from image_preflight.core.decide import decision as core
-from image_preflight.core.decide.inventory import Inventory
-from image_preflight.core.decide.words import sandbox_clauses
-from image_preflight.core.decide.scheduling import SchedulingSpecError
-from image_preflight.core.decide.workloads import WorkloadError, pod_spec_of
-
+from image_preflight.scanner.slots import Shape, shape_of, substitute, survives_yaml
 
 
 class RowReason(StrEnum):

@@ -83,7 +83,8 @@ def _counts(file: FileResult) -> str:
     dropped = f"dropped {len(file.dropped)}"
     reasons = file.dropped_by_reason()
     if reasons:
-        dropped += " (" + ", ".join(f"{reason} {reasons[reason]}" for reason in DROP_REASONS if reasons.get(reason)) + ")"
+        dropped += " (" + ", ".join(f"{reason} {reasons[reason]}" for reason in DROP_REASONS
+                                    if reasons.get(reason)) + ")"
     return f"rows {file.rows}, {kept}, {dropped}"
 
 

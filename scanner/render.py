@@ -17,11 +17,11 @@ from collections.abc import Mapping
 import jinja2
 import yaml
 from jinja2 import nodes
+from jinja2.utils import missing as _NO_PARENT
 
 from image_preflight.core.decide.workloads import WorkloadError, deciding_fields, pod_spec_of
 from image_preflight.errors import InputError
 from image_preflight.scanner.slots import plan_slots
-from jinja2.utils import missing as _NO_PARENT
 
 JOB_NAME = "image-preflight-scan"  # job names never reach an image; one constant keeps renders cacheable
 _printed_undefined: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("printed_undefined", default=None)

@@ -12,7 +12,15 @@ import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
 from image_preflight.core.sources.runtime_lists import (
-    AGENT_NAMESPACE, GROUP, LEASE_GROUP, LEASE_PLURAL, LEASE_VERSION, PLURAL, VERSION, renewal)
+    AGENT_NAMESPACE,
+    GROUP,
+    LEASE_GROUP,
+    LEASE_PLURAL,
+    LEASE_VERSION,
+    PLURAL,
+    VERSION,
+    renewal,
+)
 from image_preflight.core.watchdog import job_failure
 from image_preflight.core.watchdog.job_failure import AUDIT, AUDITED, EVENT_ONLY, FAILED, Action
 from image_preflight.core.watchdog.pull_failures import FAILED_SANDBOX, not_the_jobs_pod, sandbox_unconfirmed
@@ -59,7 +67,8 @@ class Actions:
                 job = self._read_job(owner.name, stall.namespace)
             except ApiException as exc:
                 if exc.status == 404:
-                    return Handled(Action.SKIPPED, "gone", job_failure.record(stall, Action.SKIPPED, at=_now(), waited_s=waited_s))
+                    return Handled(Action.SKIPPED, "gone",
+                                   job_failure.record(stall, Action.SKIPPED, at=_now(), waited_s=waited_s))
                 raise
             at = _now()
             content = job_failure.record(stall, action, at=at, waited_s=waited_s)
@@ -88,7 +97,8 @@ class Actions:
                 stall, kind="Job", name=owner.name, uid=owner.uid, api_version=owner.api_version, action=action,
                 message=job_failure.job_message(stall, action), at=at, instance=self.instance))
             return Handled(action, problem, content)
-        return Handled(Action.SKIPPED, "conflicts", job_failure.record(stall, Action.SKIPPED, at=_now(), waited_s=waited_s))
+        return Handled(Action.SKIPPED, "conflicts",
+                       job_failure.record(stall, Action.SKIPPED, at=_now(), waited_s=waited_s))
 
     def _unconfirmed(self, job: dict) -> str | None:
         """Why a FailedCreate's denial does not stand, or None when a dry run of the Job's Pod is

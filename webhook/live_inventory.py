@@ -13,14 +13,14 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from image_preflight.errors import InputError
-from image_preflight.files.poll import Poller, file_stamp
 from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES, Inventory, NodeImages, overriding
-from image_preflight.files.inventory import load_inventory_file
-from image_preflight.core.sources.node_status import node_images_from_node
 from image_preflight.core.decide.runtime_classes import RuntimeClassScheduling, runtime_class_from_object
 from image_preflight.core.decide.scheduling import SchedulingSpecError
+from image_preflight.core.sources.node_status import node_images_from_node
 from image_preflight.core.sources.runtime_lists import node_images_from_runtime, renewal, renewals, renewed
+from image_preflight.errors import InputError
+from image_preflight.files.inventory import load_inventory_file
+from image_preflight.files.poll import Poller, file_stamp
 from image_preflight.image_set import compact
 from image_preflight.kube.node_images import runtime_node_name
 

@@ -39,10 +39,12 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 import uvloop
+
 # uvicorn's internals, here only: no public hook sees a request's first byte or the end of its
 # headers, nor lets a shutdown answer with Connection: close. tests/webhook/test_header_deadline.py
 # names each internal relied on, so a uvicorn release that moves one fails there.
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
 # uvloop's TLS protocol, the one its TLS servers put under each connection (uvloop/sslproto.pyx),
 # outside its public API: DeadlineLoop puts it there itself, to hold the connection from its
 # accept rather than from the end of its handshake. test_header_deadline.py names it too.

@@ -19,7 +19,16 @@ from kubernetes.client.exceptions import ApiException
 
 from image_preflight.core.sources.node_status import CAP_ANNOTATION
 from image_preflight.core.sources.runtime_lists import (
-    AGENT_NAMESPACE, API_VERSION, GROUP, PLURAL, RUNTIME_KIND, VERSION, node_images_from_runtime, renewal, renewed)
+    AGENT_NAMESPACE,
+    API_VERSION,
+    GROUP,
+    PLURAL,
+    RUNTIME_KIND,
+    VERSION,
+    node_images_from_runtime,
+    renewal,
+    renewed,
+)
 from image_preflight.errors import InputError, UnavailableError
 from image_preflight.kube.pages import Pages
 from image_preflight.kube.watch import describe_error

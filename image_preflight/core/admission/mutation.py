@@ -11,9 +11,9 @@ from image_preflight.core.admission.body import refusing_deep_reviews
 from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.decision import Requirement, decide
 from image_preflight.core.decide.inventory import Inventory
-from image_preflight.core.objects import as_mapping
 from image_preflight.core.decide.scheduling import SchedulingSpecError
 from image_preflight.core.decide.workloads import WorkloadError
+from image_preflight.core.objects import as_mapping
 
 
 @refusing_deep_reviews

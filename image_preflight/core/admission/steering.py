@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from image_preflight.core.objects import as_mapping, is_mapping
 from image_preflight.core.decide.decision import ALLOW, INVALID, MISSING, UNKNOWN, Decision, holding_nodes
+from image_preflight.core.objects import as_mapping, is_mapping
 
 STEERED_TO = "image-preflight.io/steered-to"
 # Node names a patch may write. Each is one term of at most ~300 bytes (a 253-character name in

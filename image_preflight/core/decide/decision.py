@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from image_preflight.core.decide.references import InvalidReference
 from image_preflight.core.decide.inventory import Inventory, NodeImages, image_key, is_image_id
 from image_preflight.core.decide.memory import window
+from image_preflight.core.decide.references import InvalidReference
 from image_preflight.core.decide.runtime_classes import RuntimeClassConflict, with_runtime_class
 from image_preflight.core.decide.scheduling import PodPlacement, as_daemon, unschedulable_reason
 from image_preflight.core.decide.workloads import ContainerImage, container_images
@@ -171,7 +171,8 @@ def _eligible_at(placement: PodPlacement, inventory: Inventory, earlier: Eligibl
         now_in, was_in = codes[place] < 0, place < was.size and was[place] < 0
         if now_in != was_in:
             index = int(np.searchsorted(earlier.places, place))
-            names = names[:index] + (nodes[place].node,) + names[index:] if now_in else names[:index] + names[index + 1:]
+            names = (names[:index] + (nodes[place].node,) + names[index:] if now_in
+                     else names[:index] + names[index + 1:])
     reporting = set(earlier.reporting).difference(changed)
     reporting.update(place for place in changed if codes[place] < 0 and nodes[place].sandbox_missing is not None)
     return Eligible(places, names, tuple(sorted(reporting)), reasons, codes, tuple(said))

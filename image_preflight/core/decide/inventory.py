@@ -116,7 +116,8 @@ class NodeImages:
 
     def renews(self, earlier: NodeImages) -> bool:
         """Whether this list is `earlier` with only its lease moved (its agent's Lease renewed it)."""
-        return self == earlier or replace(self, observed_at=earlier.observed_at, expires_at=earlier.expires_at) == earlier
+        return self == earlier or replace(self, observed_at=earlier.observed_at,
+                                          expires_at=earlier.expires_at) == earlier
 
     def places_as(self, earlier: NodeImages) -> bool:
         """Whether a placement finds this list where it found `earlier` (decision.Eligible): the same

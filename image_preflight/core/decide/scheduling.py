@@ -2,8 +2,9 @@
 
 Covers NodeUnschedulable, NodeName, TaintToleration and NodeAffinity, checked in the
 scheduler's default plugin order; the first plugin that rejects a node gives the reason,
-worded as kube-scheduler words it. A pod that names its node is admitted by the kubelet instead. Matching follows k8s.io/component-helpers
-(scheduling/corev1 and its nodeaffinity package) and k8s.io/apimachinery labels.
+worded as kube-scheduler words it. A pod that names its node is admitted by the kubelet instead.
+Matching follows k8s.io/component-helpers (scheduling/corev1 and its nodeaffinity package) and
+k8s.io/apimachinery labels.
 """
 
 from __future__ import annotations

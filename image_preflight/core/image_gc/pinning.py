@@ -21,8 +21,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from image_preflight.core.decide.references import InvalidReference
 from image_preflight.core.decide.inventory import image_key, is_image_id
+from image_preflight.core.decide.references import InvalidReference
 
 PINNED_LABEL = "io.cri-containerd.pinned"  # containerd: pkg/labels.PinnedImageLabelKey
 PINNED_VALUE = "pinned"  # containerd: pkg/labels.PinnedImageLabelValue

@@ -6,8 +6,8 @@ import re
 from collections.abc import Mapping
 
 from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES, NAMES_PER_IMAGE, NodeImages
-from image_preflight.core.sources.runtime_lists import string, string_list
 from image_preflight.core.decide.scheduling import NodeTraits
+from image_preflight.core.sources.runtime_lists import string, string_list
 
 # The kubelet's nodeStatusMaxImages as `inventory dump` read it from the node's configz; where a
 # Node carries it, it is the cap for that node whatever --max-images says.

@@ -13,14 +13,21 @@ import re
 import sys
 from collections.abc import Mapping
 
-from image_preflight.core.decide.references import InvalidReference, docker_ref
 from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES, Inventory, NodeImages
-from image_preflight.core.sources.node_status import node_images_from_node
+from image_preflight.core.decide.references import InvalidReference, docker_ref
 from image_preflight.core.decide.runtime_classes import KIND as RUNTIME_CLASS_KIND
 from image_preflight.core.decide.runtime_classes import runtime_class_from_object
-from image_preflight.core.sources.runtime_lists import (
-    RUNTIME_KIND, image_id, image_names, node_images_from_runtime, renewal, renewed, string)
 from image_preflight.core.decide.scheduling import SchedulingSpecError
+from image_preflight.core.sources.node_status import node_images_from_node
+from image_preflight.core.sources.runtime_lists import (
+    RUNTIME_KIND,
+    image_id,
+    image_names,
+    node_images_from_runtime,
+    renewal,
+    renewed,
+    string,
+)
 from image_preflight.errors import InputError
 
 # What an item without a kind is: the apiserver leaves kind out of list items.

@@ -77,7 +77,8 @@ def record(stall: Stall, action: str, *, at: str, waited_s: float) -> dict:
     """The annotation's content, and the fields of the log line."""
     return {
         "action": action, "reason": kubelet_reason(stall), "pod": stall.name if stall.kind == "Pod" else "",
-        "container": stall.stuck.container if stall.stuck else "", "image": stall.stuck.reference if stall.stuck else "",
+        "container": stall.stuck.container if stall.stuck else "",
+        "image": stall.stuck.reference if stall.stuck else "",
         "node": stall.node, "at": at, "waited_s": round(waited_s, 3),
     }
 

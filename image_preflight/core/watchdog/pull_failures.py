@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from image_preflight.core.objects import as_mapping, as_text
 from image_preflight.core.decide.references import InvalidReference, docker_ref
 from image_preflight.core.decide.workloads import ALWAYS, WorkloadError, container_images, default_pull_policy
+from image_preflight.core.objects import as_mapping, as_text
 from image_preflight.core.sources.runtime_lists import format_time, node_images_from_runtime, renewed
 
 # The kubelet's waiting reasons for an image it will never get (pkg/kubelet/images/types.go):
