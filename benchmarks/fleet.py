@@ -341,7 +341,7 @@ class Watch:
     """kube-apiserver's RSS sampled every 0.25 s: its peak, and an abort flag past the limit."""
 
     def __init__(self, plane: ControlPlane, limit_gib: float) -> None:
-        self.pid = plane.apiserver.popen.pid  # type: ignore[union-attr]
+        self.pid = plane.apiserver.popen.pid  # type: ignore[union-attr]  # started: popen is set
         self.limit_mib = limit_gib * 1024
         self.peak_mib = 0.0
         self.over = threading.Event()
@@ -584,8 +584,8 @@ def snapshot(plane: ControlPlane, label: str, rows: list[dict]) -> dict:
     sizes = etcd_sizes(plane)
     row = {"when": label, "etcd_db": sizes.get("db"), "etcd_in_use": sizes.get("in_use"),
            "etcd_quota": sizes.get("quota"),
-           "apiserver_rss_mib": rss_mib(plane.apiserver.popen.pid),  # type: ignore[union-attr]
-           "etcd_rss_mib": rss_mib(plane.etcd.popen.pid)}  # type: ignore[union-attr]
+           "apiserver_rss_mib": rss_mib(plane.apiserver.popen.pid),  # type: ignore[union-attr]  # started: popen is set
+           "etcd_rss_mib": rss_mib(plane.etcd.popen.pid)}  # type: ignore[union-attr]  # started: popen is set
     rows.append(row)
     return row
 
@@ -893,11 +893,11 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                 result["serve"] = {"failed": str(exc), "log": tail(served.log)}
             snapshot(plane, "serve holding every list", rows)
         if kwok is not None:
-            result["kwok_rss_mib"] = rss_mib(kwok.popen.pid)  # type: ignore[union-attr]
-            result["kwok_cpu_s"] = tree_cpu_seconds([kwok.popen.pid])  # type: ignore[union-attr]
+            result["kwok_rss_mib"] = rss_mib(kwok.popen.pid)  # type: ignore[union-attr]  # started: popen is set
+            result["kwok_cpu_s"] = tree_cpu_seconds([kwok.popen.pid])  # type: ignore[union-attr]  # started: popen is set
         result["apiserver_peak_rss_mib"] = watch.peak_mib
-        result["apiserver_cpu_s"] = tree_cpu_seconds([plane.apiserver.popen.pid])  # type: ignore[union-attr]
-        result["etcd_cpu_s"] = tree_cpu_seconds([plane.etcd.popen.pid])  # type: ignore[union-attr]
+        result["apiserver_cpu_s"] = tree_cpu_seconds([plane.apiserver.popen.pid])  # type: ignore[union-attr]  # started: popen is set
+        result["etcd_cpu_s"] = tree_cpu_seconds([plane.etcd.popen.pid])  # type: ignore[union-attr]  # started: popen is set
         result["etcd_errors"] = etcd_errors(plane)
         result["differences"] = differences(result)
         if kwok is not None:

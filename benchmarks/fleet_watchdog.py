@@ -281,18 +281,18 @@ class ChartWatchdog:
                 "rss_after_list_mib": self.rss_mib()}
 
     def check_alive(self) -> None:
-        if self.popen.poll() is not None:  # type: ignore[union-attr]
-            raise RuntimeError(f"watchdog exited with {self.popen.returncode}:\n"  # type: ignore[union-attr]
+        if self.popen.poll() is not None:  # type: ignore[union-attr]  # started: popen is set
+            raise RuntimeError(f"watchdog exited with {self.popen.returncode}:\n"  # type: ignore[union-attr]  # started: popen is set
                                f"{self.log.read_text(errors='replace')[-3000:]}")
 
     def cpu_s(self) -> float:
-        return tree_cpu_seconds([self.popen.pid])  # type: ignore[union-attr]
+        return tree_cpu_seconds([self.popen.pid])  # type: ignore[union-attr]  # started: popen is set
 
     def rss_mib(self) -> float:
-        return rss_mib(self.popen.pid)  # type: ignore[union-attr]
+        return rss_mib(self.popen.pid)  # type: ignore[union-attr]  # started: popen is set
 
     def peak_rss_mib(self) -> float:
-        return hwm_mib(self.popen.pid)  # type: ignore[union-attr]
+        return hwm_mib(self.popen.pid)  # type: ignore[union-attr]  # started: popen is set
 
     def stop(self) -> None:
         terminate(self.popen)
@@ -355,7 +355,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                                        for i in range(args.repeat)]
         result["rss_after_stalls_mib"] = watchdog.rss_mib()
         result["cpu_total_s"] = watchdog.cpu_s()
-        result["apiserver_rss_mib"] = rss_mib(plane.apiserver.popen.pid)  # type: ignore[union-attr]
+        result["apiserver_rss_mib"] = rss_mib(plane.apiserver.popen.pid)  # type: ignore[union-attr]  # started: popen is set
         result["wall_s"] = time.monotonic() - began
     finally:
         if watchdog is not None:

@@ -4,7 +4,6 @@ image_preflight.core.watchdog.job_failure; this module only talks to the apiserv
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from dataclasses import dataclass
 
@@ -25,6 +24,7 @@ from image_preflight.core.watchdog import job_failure
 from image_preflight.core.watchdog.job_failure import AUDIT, AUDITED, EVENT_ONLY, FAILED, Action
 from image_preflight.core.watchdog.pull_failures import FAILED_SANDBOX, not_the_jobs_pod, sandbox_unconfirmed
 from image_preflight.core.watchdog.stalls import Stall
+from image_preflight.kube.client import json_body
 from image_preflight.kube.status import status_message
 from image_preflight.kube.watch import describe_error
 
@@ -106,8 +106,8 @@ class Actions:
         answer now does (and a denial the cluster has since outgrown fails nothing)."""
         namespace = job["metadata"]["namespace"]
         try:
-            self._core.create_namespaced_pod(namespace, job_failure.probe_pod(job), dry_run="All",
-                                             _request_timeout=_REQUEST_TIMEOUT)
+            self._core.create_namespaced_pod(namespace, job_failure.probe_pod(job),  # type: ignore[arg-type]  # a dict body is sent as it is
+                                             dry_run="All", _request_timeout=_REQUEST_TIMEOUT)
         except ApiException as exc:
             text = status_message(exc) or describe_error(exc)
             if any(text.startswith(f'admission webhook "{name}" denied the request: ') for name in self.webhooks):
@@ -138,11 +138,10 @@ class Actions:
                 return f"not confirmed: node {stall.node} has no NodeImages (no node agent reports its runtime)"
             raise
         try:
-            node_images = json.loads(response.data)
+            node_images = json_body(response)
         except ValueError:
             return f"not confirmed: node {stall.node}'s NodeImages is not JSON"
-        finally:
-            response.release_conn()
+        assert stall.stuck is not None  # a sandbox stall carries the image (stalls.sandbox_stall)
         why = sandbox_unconfirmed(node_images if isinstance(node_images, dict) else {}, stall.node,
                                   stall.stuck.image, time.time(), renewed_at=self._renewed_at(stall.node))
         return None if why is None else f"not confirmed: {why}"
@@ -161,12 +160,8 @@ class Actions:
         return found[1] if found is not None and found[0] == node else None
 
     def _read_job(self, name: str, namespace: str) -> dict:
-        response = self._batch.read_namespaced_job(name, namespace, _preload_content=False,
-                                                   _request_timeout=_REQUEST_TIMEOUT)
-        try:
-            return json.loads(response.data)
-        finally:
-            response.release_conn()
+        return json_body(self._batch.read_namespaced_job(name, namespace, _preload_content=False,
+                                                         _request_timeout=_REQUEST_TIMEOUT))
 
     def _pod_event(self, stall: Stall, waited_s: float) -> Handled:
         at = _now()
@@ -180,7 +175,8 @@ class Actions:
         """Create the Event; "" when written (or already written by another watchdog), else why not.
         The annotation is the record that counts, so a lost Event does not undo the action."""
         try:
-            self._core.create_namespaced_event(body["metadata"]["namespace"], body, _request_timeout=_REQUEST_TIMEOUT)
+            self._core.create_namespaced_event(body["metadata"]["namespace"], body,  # type: ignore[arg-type]  # a dict body is sent as it is
+                                               _request_timeout=_REQUEST_TIMEOUT)
         except ApiException as exc:
             if exc.status == 409:
                 return ""

@@ -8,7 +8,7 @@ from pathlib import Path
 from image_preflight.commands import add_command, log_level_flag, max_images_flag, metrics_port_flag
 from image_preflight.core.admission.settings import MODES, UNKNOWN_POLICIES, Mode, Settings
 from image_preflight.core.admission.steering import DEFAULT_MAX_NODES
-from image_preflight.core.decide.decision import REQUIRE_ALL, REQUIRE_ANY, Verdict
+from image_preflight.core.decide.decision import REQUIRE_ALL, REQUIRE_ANY, Requirement, Verdict
 from image_preflight.errors import UsageError
 from image_preflight.flags import (
     ADDRESS,
@@ -101,5 +101,5 @@ class ServeConfig(Flags):
     @property
     def settings(self) -> Settings:
         """What the admission answers depend on."""
-        return Settings(mode=self.mode, unknown=self.unknown, require=self.require, steer=self.steer,
+        return Settings(mode=self.mode, unknown=self.unknown, require=Requirement(self.require), steer=self.steer,
                         max_steer_nodes=self.steer_max_nodes)

@@ -107,7 +107,7 @@ def agents(cluster) -> Iterator[Callable[[Containerd], Agent]]:
             agent.images.close()
             agent.pinner.records.close()
 
-    start.stop_all = stop_all  # type: ignore[attr-defined]
+    start.stop_all = stop_all  # type: ignore[attr-defined]  # the fixture hands its stopper out on the function
     yield start
     stop_all()
 

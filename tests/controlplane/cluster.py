@@ -440,7 +440,7 @@ def kubelet_configz(plane: ControlPlane, node: str, address: str, *, max_images:
     popen = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                              text=True)
     try:
-        port = int(popen.stdout.readline().rsplit(":", 1)[1])  # type: ignore[union-attr]
+        port = int(popen.stdout.readline().rsplit(":", 1)[1])  # type: ignore[union-attr]  # stdout=PIPE
         plane.core().patch_node_status(node, {"status": {
             # InternalIP only: the apiserver tries Hostname first, and no name resolves here.
             "addresses": [{"type": "InternalIP", "address": address}],

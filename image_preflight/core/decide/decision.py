@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from image_preflight.core.decide.inventory import Inventory, NodeImages, image_key, is_image_id
 from image_preflight.core.decide.memory import window
@@ -111,14 +111,14 @@ class Eligible:
     places: np.ndarray  # ascending
     names: tuple[str, ...]  # the nodes at those places
     reporting: tuple[int, ...]  # the places among them whose list reports a missing sandbox image
-    reasons: Counter  # why the other nodes are out: scheduler reason -> node count
+    reasons: Counter[str]  # why the other nodes are out: scheduler reason -> node count
     # Each place's reason, as an index into `said` (-1: eligible): what finding it again at a few
     # changed places starts from (Memory.moved).
     codes: np.ndarray
     said: tuple[str, ...]
 
 
-def eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list[NodeImages], Counter]:
+def eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list[NodeImages], Counter[str]]:
     """The nodes `placement` may land on, and why the others are out."""
     eligible = _eligible(placement, inventory)
     nodes = inventory.nodes
@@ -179,14 +179,15 @@ def _eligible_at(placement: PodPlacement, inventory: Inventory, earlier: Eligibl
 
 
 def decide(
-    spec: Mapping, inventory: Inventory, *, require: str = REQUIRE_ALL, now: float | None = None, kind: str = "Pod"
+    spec: Mapping[str, Any], inventory: Inventory, *, require: str = REQUIRE_ALL, now: float | None = None,
+    kind: str = "Pod",
 ) -> Decision:
     """`spec` is the pod spec of a `kind` object. Raises WorkloadError or SchedulingSpecError when
     the spec cannot be read. Remembered per inventory (see image_preflight.core.decide.memory)."""
     return inventory.memory.decision(spec, kind, require, now, lambda: _decide(spec, inventory, require, now, kind))
 
 
-def _decide(spec: Mapping, inventory: Inventory, require: str, now: float | None,
+def _decide(spec: Mapping[str, Any], inventory: Inventory, require: str, now: float | None,
             kind: str) -> tuple[Decision, tuple[float, float]]:
     """The decision, and when it holds (memory.window)."""
     placement = PodPlacement.from_pod_spec(spec, admitted=True)  # as_admitted
