@@ -343,7 +343,7 @@ class _Memoized(Protocol[T_co]):
     """What _memoized makes of fn(ref, allow_sha512): fn(ref, *, allow_sha512=True), with its cache's
     cache_info() and cache_clear()."""
 
-    cache_info: Callable[[], functools._CacheInfo]
+    cache_info: Callable[[], tuple[int, int, int | None, int]]  # hits, misses, maxsize, currsize
     cache_clear: Callable[[], None]
 
     def __call__(self, ref: str, *, allow_sha512: bool = True) -> T_co: ...
