@@ -57,7 +57,8 @@ def register(subparsers, epilog: str | None = None) -> None:
 class AgentConfig(Flags):
     node: str = flag("", kind=NAME, env="NODE_NAME", help="this node's name")
     publish: bool = flag(False, one_of="mode", help="keep the NodeImages object current until SIGTERM")
-    print_once: bool = flag(False, name="--print", one_of="mode", help="print the NodeImages object as JSON once and exit")
+    print_once: bool = flag(False, name="--print", one_of="mode",
+                            help="print the NodeImages object as JSON once and exit")
     cri_endpoint: str = flag(DEFAULT_CRI_ENDPOINT, kind=Kind("ENDPOINT"), help="the runtime's CRI socket")
     interval: float = flag(30.0, kind=SECONDS, help="how often to list the images; with --publish above 0 and "
                            "below a third of --lease, so the lease is renewed before it ends")
@@ -70,7 +71,8 @@ class AgentConfig(Flags):
                           "which readers that predate spec.imageHashes cannot read (docs/agent.md, the published form)")
     cluster: ClusterFlags = flags_of(ClusterFlags, when="with --publish: ")
     exit_after_failures: int = flag(3, kind=COUNT, help="exit 1 after N cycles in a row without an answer from the "
-                                    "runtime, so the kubelet restarts the container with a fresh socket mount (0: never)")
+                                    "runtime, so the kubelet restarts the container with a fresh socket mount "
+                                    "(0: never)")
     image_events: bool = flag(True, name="--no-image-events", negate=True,
                               help="only list every --interval; by default containerd's image events also trigger a "
                               "list within about a second")

@@ -13,7 +13,8 @@ from collections.abc import Mapping
 import grpc
 from google.protobuf import field_mask_pb2
 
-from image_preflight.agent import containerd_images_pb2 as pb, containerd_images_pb2_grpc
+from image_preflight.agent import containerd_images_pb2 as pb
+from image_preflight.agent import containerd_images_pb2_grpc
 from image_preflight.agent.cri import _CHANNEL_OPTIONS, CRIError, call, socket_path
 from image_preflight.agent.events import CRI_NAMESPACE
 from image_preflight.core.image_gc.pinning import MARK_LABEL, MARK_VALUE, PINNED_LABEL, PINNED_VALUE

@@ -15,8 +15,8 @@ from typing import Any
 import grpc
 
 from image_preflight.agent import cri_pb2, cri_pb2_grpc
-from image_preflight.errors import UnavailableError
 from image_preflight.agent.config import DEFAULT_CRI_ENDPOINT
+from image_preflight.errors import UnavailableError
 
 # kubelet's CRI client limit; the gRPC default of 4 MiB is too small for nodes with
 # thousands of images.

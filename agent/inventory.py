@@ -7,8 +7,9 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 
 from image_preflight.agent.cri import RuntimeImage
-from image_preflight.core.decide.references import InvalidReference
 from image_preflight.core.decide.inventory import image_key, image_keys
+from image_preflight.core.decide.references import InvalidReference
+from image_preflight.core.objects import as_mapping
 from image_preflight.core.sources.runtime_lists import RENEW_WHEN_REMAINING, parse_time, runtime_object
 
 CREATE, CHANGED, RENEW = "create", "changed", "renew"
@@ -96,7 +97,7 @@ def publish_reason(
     """
     if stored is None:
         return CREATE
-    stored_spec = stored.get("spec") if isinstance(stored.get("spec"), Mapping) else {}
+    stored_spec = as_mapping(stored.get("spec"))
     if hashes is not None:
         if "images" in stored_spec or stored_spec.get("imageHashes") != dict(hashes):
             return CHANGED

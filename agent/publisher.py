@@ -18,7 +18,6 @@ from kubernetes.client.exceptions import ApiException
 
 from image_preflight.agent.cri import CRIError, ImageClient
 from image_preflight.agent.events import ImageEvents
-from image_preflight.agent.metrics import Metrics
 from image_preflight.agent.inventory import (
     RENEW,
     fingerprint,
@@ -27,11 +26,13 @@ from image_preflight.agent.inventory import (
     publish_reason,
     sandbox_image_report,
 )
+from image_preflight.agent.metrics import Metrics
 from image_preflight.agent.pinner import Pinner
-from image_preflight.kube.watch import describe_error
 from image_preflight.agent.renewal import LeaseRenewal, RenewalError, RenewalRefused
 from image_preflight.core.sources.runtime_lists import AGENT_NAMESPACE, GROUP, PLURAL, VERSION, image_hashes
 from image_preflight.errors import UnavailableError
+from image_preflight.kube.client import custom_object
+from image_preflight.kube.watch import describe_error
 
 log = logging.getLogger(__name__)
 
@@ -159,9 +160,9 @@ class Publisher:
 
     def _read(self) -> dict | None:
         try:
-            return self._api.get_cluster_custom_object(
+            return custom_object(self._api.get_cluster_custom_object(
                 GROUP, VERSION, PLURAL, self.node, _request_timeout=_TIMEOUT
-            )
+            ))
         except ApiException as exc:
             if exc.status == 404:
                 return None
@@ -174,12 +175,13 @@ class Publisher:
                         " of 1.5 MiB; the apiserver may refuse it (the agent's --list-form hashes takes a"
                         " thirtieth)", self.where, body["spec"]["imageCount"], size / 2**20)
         if self._stored is None:
-            return self._api.create_cluster_custom_object(GROUP, VERSION, PLURAL, body, _request_timeout=_TIMEOUT)
+            return custom_object(self._api.create_cluster_custom_object(GROUP, VERSION, PLURAL, body,
+                                                                        _request_timeout=_TIMEOUT))
         # The resourceVersion makes the replace fail with 409 if anyone wrote since we read.
         body["metadata"]["resourceVersion"] = self._stored["metadata"]["resourceVersion"]
-        return self._api.replace_cluster_custom_object(
+        return custom_object(self._api.replace_cluster_custom_object(
             GROUP, VERSION, PLURAL, self.node, body, _request_timeout=_TIMEOUT
-        )
+        ))
 
     @property
     def where(self) -> str:

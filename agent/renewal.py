@@ -13,6 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from image_preflight.core.sources.runtime_lists import LEASE_GROUP, LEASE_PLURAL, LEASE_VERSION, lease_object, renewal
 from image_preflight.errors import UnavailableError
+from image_preflight.kube.client import custom_object
 from image_preflight.kube.watch import describe_error
 
 _TIMEOUT = (10.0, 30.0)  # connect, read
@@ -66,13 +67,13 @@ class LeaseRenewal:
             self._known = False
             try:
                 if self._stored is None:
-                    written = self._api.create_namespaced_custom_object(*_leases(self.namespace), body,
-                                                                        _request_timeout=_TIMEOUT)
+                    written = custom_object(self._api.create_namespaced_custom_object(
+                        *_leases(self.namespace), body, _request_timeout=_TIMEOUT))
                 else:
                     # The resourceVersion makes the replace fail with 409 if anyone wrote since we read.
                     body["metadata"]["resourceVersion"] = self._stored["metadata"]["resourceVersion"]
-                    written = self._api.replace_namespaced_custom_object(*_leases(self.namespace), self.node, body,
-                                                                         _request_timeout=_TIMEOUT)
+                    written = custom_object(self._api.replace_namespaced_custom_object(
+                        *_leases(self.namespace), self.node, body, _request_timeout=_TIMEOUT))
             except ApiException as exc:
                 if exc.status in (404, 409):  # deleted, or written by another, since read
                     body["metadata"].pop("resourceVersion", None)
@@ -88,8 +89,8 @@ class LeaseRenewal:
 
     def _read(self) -> dict | None:
         try:
-            return self._api.get_namespaced_custom_object(*_leases(self.namespace), self.node,
-                                                          _request_timeout=_TIMEOUT)
+            return custom_object(self._api.get_namespaced_custom_object(*_leases(self.namespace), self.node,
+                                                                        _request_timeout=_TIMEOUT))
         except ApiException as exc:
             if exc.status == 404:
                 return None

@@ -26,15 +26,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from image_preflight.agent.cri import ImageClient  # noqa: E402
-from image_preflight.agent.inventory import fingerprint, image_dicts, node_images_object  # noqa: E402
-from image_preflight.agent.publisher import Publisher  # noqa: E402
-from tests.containerd import Containerd, build_oci_archive_many, import_image, require_containerd  # noqa: E402
-from tests.fake_apiserver import FakeApiServer, make_api_client  # noqa: E402
-from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, node_images_from_runtime  # noqa: E402
+from image_preflight.agent.cri import ImageClient
+from image_preflight.agent.inventory import fingerprint, image_dicts, node_images_object
+from image_preflight.agent.publisher import Publisher
+from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, node_images_from_runtime
+from tests.containerd import Containerd, build_oci_archive_many, import_image, require_containerd
+from tests.fake_apiserver import FakeApiServer, make_api_client
 
 NODE = "cpu-bench-1"
 LEASE = 300

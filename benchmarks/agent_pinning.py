@@ -20,17 +20,16 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from image_preflight.agent.containerd_images import ImageRecords  # noqa: E402
-from image_preflight.agent.cri import ImageClient  # noqa: E402
-from image_preflight.agent.pinner import Pinner  # noqa: E402
-from image_preflight.agent.publisher import Agent, Publisher  # noqa: E402
-from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP  # noqa: E402
-from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION  # noqa: E402
-from tests.containerd import Containerd, build_oci_archive_many, containerd2_binary, import_image  # noqa: E402
-from tests.fake_apiserver import FakeApiServer, make_api_client  # noqa: E402
+from image_preflight.agent.containerd_images import ImageRecords
+from image_preflight.agent.cri import ImageClient
+from image_preflight.agent.pinner import Pinner
+from image_preflight.agent.publisher import Agent, Publisher
+from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP
+from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION
+from tests.containerd import Containerd, build_oci_archive_many, containerd2_binary, import_image
+from tests.fake_apiserver import FakeApiServer, make_api_client
 
 LEASE = 3600  # no renewal during the runs: an idle cycle writes nothing
 

@@ -35,5 +35,5 @@ if __name__ == "__main__":
     parser.add_argument("--tls-cert", required=True)
     parser.add_argument("--tls-key", required=True)
     args = parser.parse_args()
-    uvicorn.run(app, host="127.0.0.1", port=args.port, http="httptools", loop="uvloop", log_level="warning", access_log=False,
-                lifespan="off", ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key)
+    uvicorn.run(app, host="127.0.0.1", port=args.port, http="httptools", loop="uvloop", log_level="warning",
+                access_log=False, lifespan="off", ssl_certfile=args.tls_cert, ssl_keyfile=args.tls_key)

@@ -72,26 +72,43 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+from kubernetes import client as k8s
+
+from benchmarks.figures import hwm_mib, percentile, rss_mib, tree_cpu_seconds
+from benchmarks.fleet_faces import JUDGED_NAMESPACE, Reference, Webhook, job_spans, timed_command
+from image_preflight.agent.cri import RuntimeImage
+from image_preflight.agent.inventory import fingerprint, image_dicts, sandbox_image_report
+from image_preflight.agent.publisher import Publisher
+from image_preflight.core.sources.runtime_lists import (
+    AGENT_NAMESPACE,
+    GROUP,
+    LEASE_GROUP,
+    LEASE_PLURAL,
+    LEASE_VERSION,
+    PLURAL,
+    RENEW_WHEN_REMAINING,
+    VERSION,
+    image_hashes,
+    lease_object,
+    runtime_object,
+)
+from tests.controlplane.cluster import (
+    NOT_READY,
+    ControlPlane,
+    Process,
+    apply_service_accounts,
+    create_node,
+    require_control_plane,
+    wait_for,
+)
+from tests.controlplane.tracing import WEBHOOK_SPAN, SpanReceiver
+from tests.controlplane.webhook import ServedWebhook
+from tests.serving import ServiceConnection, client_context
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-from kubernetes import client as k8s  # noqa: E402
-
-from benchmarks.figures import hwm_mib, percentile, rss_mib, tree_cpu_seconds  # noqa: E402
-from image_preflight.agent.cri import RuntimeImage  # noqa: E402
-from image_preflight.agent.inventory import fingerprint, image_dicts, sandbox_image_report  # noqa: E402
-from image_preflight.agent.publisher import Publisher  # noqa: E402
-from image_preflight.core.sources.runtime_lists import (  # noqa: E402
-    AGENT_NAMESPACE, GROUP, LEASE_GROUP, LEASE_PLURAL, LEASE_VERSION, PLURAL, RENEW_WHEN_REMAINING, VERSION,
-    image_hashes, lease_object, runtime_object)
-from benchmarks.fleet_faces import JUDGED_NAMESPACE, Reference, Webhook, job_spans, timed_command  # noqa: E402
-from tests.controlplane.tracing import WEBHOOK_SPAN, SpanReceiver  # noqa: E402
-from tests.controlplane.webhook import ServedWebhook  # noqa: E402
-from tests.serving import ServiceConnection, client_context  # noqa: E402
-from tests.controlplane.cluster import (NOT_READY, ControlPlane, Process, apply_service_accounts,  # noqa: E402
-                                        create_node, require_control_plane, wait_for)
-
 FLEET_BUILD = ROOT / "benchmarks" / "fleet" / "build"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 FLEET_LABEL = "image-preflight.bench/fleet"
@@ -324,7 +341,7 @@ class Watch:
     """kube-apiserver's RSS sampled every 0.25 s: its peak, and an abort flag past the limit."""
 
     def __init__(self, plane: ControlPlane, limit_gib: float) -> None:
-        self.pid = plane.apiserver.popen.pid  # type: ignore[union-attr]
+        self.pid = plane.apiserver.popen.pid  # type: ignore[union-attr]  # started: popen is set
         self.limit_mib = limit_gib * 1024
         self.peak_mib = 0.0
         self.over = threading.Event()
@@ -567,8 +584,8 @@ def snapshot(plane: ControlPlane, label: str, rows: list[dict]) -> dict:
     sizes = etcd_sizes(plane)
     row = {"when": label, "etcd_db": sizes.get("db"), "etcd_in_use": sizes.get("in_use"),
            "etcd_quota": sizes.get("quota"),
-           "apiserver_rss_mib": rss_mib(plane.apiserver.popen.pid),  # type: ignore[union-attr]
-           "etcd_rss_mib": rss_mib(plane.etcd.popen.pid)}  # type: ignore[union-attr]
+           "apiserver_rss_mib": rss_mib(plane.apiserver.popen.pid),  # type: ignore[union-attr]  # started: popen is set
+           "etcd_rss_mib": rss_mib(plane.etcd.popen.pid)}  # type: ignore[union-attr]  # started: popen is set
     rows.append(row)
     return row
 
@@ -842,7 +859,8 @@ def run(args: argparse.Namespace, work: Path) -> dict:
             try:
                 served.start(timeout_s=SERVE_READY_DEADLINE_S)  # /readyz answered 200
                 ready_s = time.monotonic() - start
-                held_s = wait_lists_held(served.popen, metrics_port, args.nodes, names, SERVE_READY_DEADLINE_S) + ready_s
+                held_s = wait_lists_held(served.popen, metrics_port, args.nodes, names,
+                                         SERVE_READY_DEADLINE_S) + ready_s
                 gauges = serve_gauges(metrics_port)
                 core = next((i for i in range(100) if all(sets_hold(sets, i))), None)
                 result["serve"] = {
@@ -875,11 +893,11 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                 result["serve"] = {"failed": str(exc), "log": tail(served.log)}
             snapshot(plane, "serve holding every list", rows)
         if kwok is not None:
-            result["kwok_rss_mib"] = rss_mib(kwok.popen.pid)  # type: ignore[union-attr]
-            result["kwok_cpu_s"] = tree_cpu_seconds([kwok.popen.pid])  # type: ignore[union-attr]
+            result["kwok_rss_mib"] = rss_mib(kwok.popen.pid)  # type: ignore[union-attr]  # started: popen is set
+            result["kwok_cpu_s"] = tree_cpu_seconds([kwok.popen.pid])  # type: ignore[union-attr]  # started: popen is set
         result["apiserver_peak_rss_mib"] = watch.peak_mib
-        result["apiserver_cpu_s"] = tree_cpu_seconds([plane.apiserver.popen.pid])  # type: ignore[union-attr]
-        result["etcd_cpu_s"] = tree_cpu_seconds([plane.etcd.popen.pid])  # type: ignore[union-attr]
+        result["apiserver_cpu_s"] = tree_cpu_seconds([plane.apiserver.popen.pid])  # type: ignore[union-attr]  # started: popen is set
+        result["etcd_cpu_s"] = tree_cpu_seconds([plane.etcd.popen.pid])  # type: ignore[union-attr]  # started: popen is set
         result["etcd_errors"] = etcd_errors(plane)
         result["differences"] = differences(result)
         if kwok is not None:
@@ -1081,9 +1099,10 @@ def report(result: dict) -> str:
     for when, label in (("baseline", f"{spans.get('baseline_nodes')} nodes"), ("fleet", f"{result['nodes']:,} nodes")):
         if when in spans:
             sp = spans[when]
-            lines.append(f"Jobs at {sp['rate']:g}/s, dryRun, on {label}: {sp['answers']}; the apiserver's spans: webhook call "
-                         f"p50 / p90 / p99 {milliseconds(sp, 'webhook')} ({sp['calls']} of {sp['judged_jobs']} "
-                         f"judged Jobs), the reference's on {spans.get('baseline_nodes')} nodes at the same moments "
+            lines.append(f"Jobs at {sp['rate']:g}/s, dryRun, on {label}: {sp['answers']}; the apiserver's spans: "
+                         f"webhook call p50 / p90 / p99 {milliseconds(sp, 'webhook')} ({sp['calls']} of "
+                         f"{sp['judged_jobs']} judged Jobs), the reference's on {spans.get('baseline_nodes')} nodes "
+                         f"at the same moments "
                          f"{milliseconds(sp, 'reference')} ({sp['reference_calls']} of {sp['reference_jobs']}), "
                          f"the webhook's over the reference's {over(sp)}; Create, judged "
                          f"{sp['create_judged_p50_s'] * 1e3:.1f} / {sp['create_judged_p99_s'] * 1e3:.1f} ms, unjudged "

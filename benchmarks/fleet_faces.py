@@ -224,7 +224,8 @@ def answering(served: ServedWebhook) -> tuple[float, float]:
 def publications(served: ServedWebhook) -> dict[str, float]:
     """The inventories `served` published so far, by what changed (each but a lease's forgets the
     decisions remembered)."""
-    return {sample.labels["by"]: sample.value for sample in served_metrics(served, "image_preflight_inventory_publications")
+    return {sample.labels["by"]: sample.value
+            for sample in served_metrics(served, "image_preflight_inventory_publications")
             if sample.name.endswith("_total")}
 
 

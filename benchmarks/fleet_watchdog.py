@@ -57,21 +57,26 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import yaml  # noqa: E402
-from kubernetes import client as k8s  # noqa: E402
+import yaml
+from kubernetes import client as k8s
 
-from benchmarks.figures import hwm_mib, rss_mib, tree_cpu_seconds  # noqa: E402
-from benchmarks.fleet import (FleetControlPlane, create_nodes, kwok_folder, start_kwok,  # noqa: E402
-                              wait_count, wait_ready)
-from image_preflight.core.watchdog import job_failure  # noqa: E402
-from tests.builders.stalls import ENFORCE_LABEL, failed_condition, job_manifest  # noqa: E402
-from tests.chart import API_ONLY, apply, render  # noqa: E402
-from tests.cluster.watchdog_process import FakeKubelet  # noqa: E402
-from tests.controlplane.cluster import (PARKED, create_node, free_port, renew_lease,  # noqa: E402
-                                        require_control_plane, terminate, wait_for)
+from benchmarks.figures import hwm_mib, rss_mib, tree_cpu_seconds
+from benchmarks.fleet import FleetControlPlane, create_nodes, kwok_folder, start_kwok, wait_count, wait_ready
+from image_preflight.core.watchdog import job_failure
+from tests.builders.stalls import ENFORCE_LABEL, failed_condition, job_manifest
+from tests.chart import API_ONLY, apply, render
+from tests.cluster.watchdog_process import FakeKubelet
+from tests.controlplane.cluster import (
+    PARKED,
+    create_node,
+    free_port,
+    renew_lease,
+    require_control_plane,
+    terminate,
+    wait_for,
+)
 
 WATCHDOG_NAMESPACE = "image-preflight"
 WATCHDOG_ACCOUNT = "image-preflight-watchdog"
@@ -276,18 +281,18 @@ class ChartWatchdog:
                 "rss_after_list_mib": self.rss_mib()}
 
     def check_alive(self) -> None:
-        if self.popen.poll() is not None:  # type: ignore[union-attr]
-            raise RuntimeError(f"watchdog exited with {self.popen.returncode}:\n"  # type: ignore[union-attr]
+        if self.popen.poll() is not None:  # type: ignore[union-attr]  # started: popen is set
+            raise RuntimeError(f"watchdog exited with {self.popen.returncode}:\n"  # type: ignore[union-attr]  # started: popen is set
                                f"{self.log.read_text(errors='replace')[-3000:]}")
 
     def cpu_s(self) -> float:
-        return tree_cpu_seconds([self.popen.pid])  # type: ignore[union-attr]
+        return tree_cpu_seconds([self.popen.pid])  # type: ignore[union-attr]  # started: popen is set
 
     def rss_mib(self) -> float:
-        return rss_mib(self.popen.pid)  # type: ignore[union-attr]
+        return rss_mib(self.popen.pid)  # type: ignore[union-attr]  # started: popen is set
 
     def peak_rss_mib(self) -> float:
-        return hwm_mib(self.popen.pid)  # type: ignore[union-attr]
+        return hwm_mib(self.popen.pid)  # type: ignore[union-attr]  # started: popen is set
 
     def stop(self) -> None:
         terminate(self.popen)
@@ -350,7 +355,7 @@ def run(args: argparse.Namespace, work: Path) -> dict:
                                        for i in range(args.repeat)]
         result["rss_after_stalls_mib"] = watchdog.rss_mib()
         result["cpu_total_s"] = watchdog.cpu_s()
-        result["apiserver_rss_mib"] = rss_mib(plane.apiserver.popen.pid)  # type: ignore[union-attr]
+        result["apiserver_rss_mib"] = rss_mib(plane.apiserver.popen.pid)  # type: ignore[union-attr]  # started: popen is set
         result["wall_s"] = time.monotonic() - began
     finally:
         if watchdog is not None:

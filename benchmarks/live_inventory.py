@@ -26,15 +26,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from image_preflight.core.decide import holders  # noqa: E402
-from image_preflight.core.decide.decision import decide  # noqa: E402
-from image_preflight.core.decide.inventory import Inventory  # noqa: E402
-from image_preflight.core.sources.runtime_lists import (AGENT_NAMESPACE, image_hashes, lease_object,  # noqa: E402
-                                                        runtime_object)
-from image_preflight.webhook.live_inventory import RENEWALS_WITHIN_S, LiveInventory  # noqa: E402
+from image_preflight.core.decide import holders
+from image_preflight.core.decide.decision import decide
+from image_preflight.core.decide.inventory import Inventory
+from image_preflight.core.sources.runtime_lists import AGENT_NAMESPACE, image_hashes, lease_object, runtime_object
+from image_preflight.webhook.live_inventory import RENEWALS_WITHIN_S, LiveInventory
 
 IMAGES = 50  # per node: what a change costs does not depend on a list's length
 LISTED = 5000  # per node in part 3: a hashed list's lookup deepens with its length
@@ -43,7 +41,8 @@ LEASE_S = 300
 
 def node(name: str, label: str = "a") -> dict:
     images = [{"names": [f"docker.io/library/swe-{i}:openai"], "sizeBytes": 1} for i in range(IMAGES)]
-    return {"metadata": {"name": name, "labels": {"pool": "cpu", "mark": label}}, "spec": {}, "status": {"images": images}}
+    return {"metadata": {"name": name, "labels": {"pool": "cpu", "mark": label}}, "spec": {},
+            "status": {"images": images}}
 
 
 def listed(name: str, now: float) -> dict:
@@ -94,11 +93,13 @@ def at_size(nodes: int, repeat: int) -> dict:
         start = time.perf_counter()
         decide(pod(f"fresh-{index}:openai"), bare, now=time.time())
         fresh.append(time.perf_counter() - start)
-    fleet_images = [{"id": f"sha256:{i:064x}", "repoTags": [f"docker.io/library/swe-{i}:openai"]} for i in range(LISTED)]
+    fleet_images = [{"id": f"sha256:{i:064x}", "repoTags": [f"docker.io/library/swe-{i}:openai"]}
+                    for i in range(LISTED)]
     hashes = image_hashes(fleet_images)
     fleet = LiveInventory(max_images=-1)
     fleet.replace_nodes(node(name) for name in names)
-    fleet.replace_runtime_objects(runtime_object(name, fleet_images, observed_at=now, lease_seconds=LEASE_S, hashes=hashes)
+    fleet.replace_runtime_objects(runtime_object(name, fleet_images, observed_at=now, lease_seconds=LEASE_S,
+                                                 hashes=hashes)
                                   for name in names)
     fleet.replace_renewals(())
     indexed = fleet.current

@@ -46,11 +46,11 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from tests.builders.stalls import ENFORCE_LABEL
 from tests.chart import API_ONLY, apply, merged, secret_values
 from tests.controlplane.cluster import ControlPlane, Process, free_port, new_namespace, wait_for
 from tests.controlplane.pki import Authority
 from tests.controlplane.webhook import ServedWebhook
-from tests.builders.stalls import ENFORCE_LABEL
 
 ROOT = Path(__file__).resolve().parents[1]
 POLICIES = ROOT / "benchmarks" / "peers"
@@ -289,7 +289,8 @@ def kyverno(plane: ControlPlane, binaries: Path, folder: Path, stoppers: list, s
     port = free_port()
     _service(plane, "kyverno", "kyverno-svc", port)
     process = Process("kyverno", [
-        str(binaries / "kyverno"), f"--kubeconfig={kubeconfig}", "--webhookServerHost=127.0.0.1", f"--webhookServerPort={port}",
+        str(binaries / "kyverno"), f"--kubeconfig={kubeconfig}", "--webhookServerHost=127.0.0.1",
+        f"--webhookServerPort={port}",
         "--caSecretName=kyverno-svc.kyverno.svc.kyverno-tls-ca",
         "--tlsSecretName=kyverno-svc.kyverno.svc.kyverno-tls-pair",
         "--backgroundServiceAccountName=system:serviceaccount:kyverno:kyverno-background-controller",

@@ -59,18 +59,17 @@ import zlib
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from benchmarks.fleet import catalogue, draw_sets, holding_probabilities, sharing  # noqa: E402
-from image_preflight.agent.cri import RuntimeImage  # noqa: E402
-from image_preflight.agent.inventory import image_dicts, node_images_object  # noqa: E402
-from image_preflight.core.decide.inventory import image_key  # noqa: E402
-from image_preflight.core.sources.image_hashes import decode, hashes_of, pack  # noqa: E402
-from image_preflight.core.sources.runtime_lists import RENEW_WHEN_REMAINING, node_images_from_runtime  # noqa: E402
-from image_preflight.image_set import compact  # noqa: E402
+from benchmarks.fleet import catalogue, draw_sets, holding_probabilities, sharing
+from image_preflight.agent.cri import RuntimeImage
+from image_preflight.agent.inventory import image_dicts, node_images_object
+from image_preflight.core.decide.inventory import image_key
+from image_preflight.core.sources.image_hashes import decode, hashes_of, pack
+from image_preflight.core.sources.runtime_lists import RENEW_WHEN_REMAINING, node_images_from_runtime
+from image_preflight.image_set import compact
 
 GROUP_VERSION = "image-preflight.io/v1alpha1"
 LEASE_S = 300
@@ -453,8 +452,10 @@ def report(result: dict) -> str:
         lines.append(f"{name:<9}{f['fp_names']:>10.1g}{ids:>10}{objects:>26}")
         if "cold_start" in f:
             c = f["cold_start"]
-            notes.append(f"{name}: cold start {c['conflicts']:,} 409s ({c['reread_bytes'] / 2**30:,.1f} GiB read again), "
-                         f"{c['serial_writes_max']} serial writes/shard; a new name +{f['add_new_name'] / 1024:,.0f} KiB")
+            notes.append(f"{name}: cold start {c['conflicts']:,} 409s "
+                         f"({c['reread_bytes'] / 2**30:,.1f} GiB read again), "
+                         f"{c['serial_writes_max']} serial writes/shard; "
+                         f"a new name +{f['add_new_name'] / 1024:,.0f} KiB")
     return "\n".join(lines + [""] + notes)
 
 

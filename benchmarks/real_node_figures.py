@@ -9,7 +9,8 @@ moves to a new tag, a renewed certificate → served, and `helm uninstall`.
     .venv/bin/python benchmarks/real_node_figures.py --repeat 2
 
 Runs those tests of tests/cluster/test_real_node.py, tests/cluster/test_real_node_agentlightning.py and
-tests/cluster/test_real_node_chart.py --repeat times with IMAGE_PREFLIGHT_FIGURES set, and prints each figure's runs, median first.
+tests/cluster/test_real_node_chart.py --repeat times with IMAGE_PREFLIGHT_FIGURES set, and prints each
+figure's runs, median first.
 """
 
 from __future__ import annotations

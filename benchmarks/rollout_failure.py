@@ -34,18 +34,19 @@ from pathlib import Path
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kubernetes.client.rest import ApiException
+
+from benchmarks.figures import percentile
+from tests.cluster.conftest import stack  # noqa: F401 - fixture
+from tests.cluster.real_stack import ABSENT, GRACE_S, HELD
+from tests.conftest import webhook_certs  # noqa: F401 - fixture
+from tests.controlplane.cluster import wait_for
+from tests.node.images import swe_smith_image
+from tests.node.real_node import real_node  # noqa: F401 - fixture
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from kubernetes.client.rest import ApiException  # noqa: E402
-
-from benchmarks.figures import percentile  # noqa: E402
-from tests.controlplane.cluster import wait_for  # noqa: E402
-from tests.node.images import swe_smith_image  # noqa: E402
-from tests.node.real_node import real_node  # noqa: E402,F401 - fixture
-from tests.conftest import webhook_certs  # noqa: E402,F401 - fixture
-from tests.cluster.conftest import stack  # noqa: E402,F401 - fixture
-from tests.cluster.real_stack import ABSENT, GRACE_S, HELD  # noqa: E402
 
 METRIC = "apiserver_admission_webhook_admission_duration_seconds"
 # pytest imports this file anew as a test module: main() hands it its options, and takes its rows
@@ -54,7 +55,7 @@ OPTIONS = json.loads(os.environ.get("ROLLOUT_FAILURE_OPTIONS", '{"creations": 10
 ROWS: list[str] = []
 
 
-def _failed_at(stack, namespace: str, name: str, timeout_s: float, seen_waiting: list[float]) -> float:
+def _failed_at(stack, namespace: str, name: str, timeout_s: float, seen_waiting: list[float]) -> float:  # noqa: F811 - the fixture's value
     def failed():
         if not seen_waiting and stack.waiting_reasons(namespace, name) & {"ErrImagePull", "ImagePullBackOff"}:
             seen_waiting.append(time.monotonic())
@@ -64,7 +65,7 @@ def _failed_at(stack, namespace: str, name: str, timeout_s: float, seen_waiting:
     return time.monotonic()
 
 
-def _histogram(stack) -> dict[float, float]:
+def _histogram(stack) -> dict[float, float]:  # noqa: F811 - the fixture's value
     """Cumulative bucket counts of the validating webhook's admission duration."""
     text = stack.plane.kubectl("get", "--raw", "/metrics").stdout
     buckets: dict[float, float] = {}

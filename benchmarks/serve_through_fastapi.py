@@ -12,9 +12,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import image_preflight.webhook.command as command  # noqa: E402
-from image_preflight.cli import main  # noqa: E402
-from image_preflight.webhook.app import create_app  # noqa: E402
+import image_preflight.webhook.command as command
+from image_preflight.cli import main
+from image_preflight.webhook.app import create_app
 
 # The FastAPI app create_app builds holds every route, the admission paths among them.
 command.create_app = lambda state: create_app(state).fastapi

@@ -40,20 +40,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kubernetes import client as k8s  # noqa: E402
-from kubernetes.client.rest import ApiException  # noqa: E402
+from kubernetes import client as k8s
+from kubernetes.client.rest import ApiException
 
-from benchmarks import peer_setups as setups  # noqa: E402
-from benchmarks.figures import percentile, tree_cpu_seconds, tree_rss_mib  # noqa: E402
-from tests.agent_lightning import TEMPLATE, build_job_spec, example_row  # noqa: E402
-from tests.containerd import Containerd, build_oci_archive_many, containerd2_binary, ctr  # noqa: E402
-from tests.controlplane.cluster import (apply_service_accounts, create_node, new_namespace,  # noqa: E402
-                                        running_control_plane, wait_for)
-from tests.controlplane.tracing import WEBHOOK_SPAN, SpanReceiver  # noqa: E402
-from tests.node.real_node import RealNode, missing_parts  # noqa: E402
+from benchmarks import peer_setups as setups
+from benchmarks.figures import percentile, tree_cpu_seconds, tree_rss_mib
+from tests.agent_lightning import TEMPLATE, build_job_spec, example_row
+from tests.containerd import Containerd, build_oci_archive_many, containerd2_binary, ctr
+from tests.controlplane.cluster import (
+    apply_service_accounts,
+    create_node,
+    new_namespace,
+    running_control_plane,
+    wait_for,
+)
+from tests.controlplane.tracing import WEBHOOK_SPAN, SpanReceiver
+from tests.node.real_node import RealNode, missing_parts
 
 PEERS = ("none", "cel", "cel-best", "gatekeeper", "gatekeeper-best", "kyverno", "kyverno-best", "image-preflight")
 ROW = "marshmallow-code__marshmallow.9716fc62.func_pm_op_swap__0c5c7fd0"  # a row of examples/swe-smith/train.jsonl
@@ -566,7 +570,8 @@ def print_decisions(batch, peers, all_cases: list[Case], template_job: dict, fat
             word = "admit" if answer is True else "deny" if answer is False else str(answer)
             marks.append(f"{'✓' if answer is case.admit else '✗'} {word}")
         on_node = f" {fates[index]} |" if fates else ""
-        print(f"| {case.name} | {case.why} |{on_node} {'admit' if case.admit else 'deny'} | " + " | ".join(marks) + " |")
+        print(f"| {case.name} | {case.why} |{on_node} {'admit' if case.admit else 'deny'} | "
+              + " | ".join(marks) + " |")
     print("| **right** | |" + (" |" if fates else "") + " | " + " | ".join(
         f"**{sum(a is c.admit for a, c in zip(answers[p.name], all_cases))}/{len(all_cases)}**" for p in judged) + " |")
 

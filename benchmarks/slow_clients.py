@@ -12,7 +12,8 @@ import asyncio
 import signal
 import ssl
 
-REQUEST = b"POST /validate?timeout=10s HTTP/1.1\r\nHost: image-preflight.image-preflight.svc\r\n" + b"X-Slow: " + b"a" * 4096
+REQUEST = (b"POST /validate?timeout=10s HTTP/1.1\r\nHost: image-preflight.image-preflight.svc\r\n"
+           + b"X-Slow: " + b"a" * 4096)
 
 
 async def trickle(port: int, context: ssl.SSLContext, closed: list[int]) -> None:

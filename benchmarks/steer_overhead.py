@@ -26,18 +26,17 @@ from pathlib import Path
 import orjson
 import uvloop
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.webhook_breakdown import endpoint_seconds  # noqa: E402
-from benchmarks.webhook_load import yaml_free_job  # noqa: E402
-from image_preflight.core.admission.body import parse_review  # noqa: E402
-from image_preflight.core.admission.review import admit  # noqa: E402
-from image_preflight.core.admission.settings import Settings  # noqa: E402
-from image_preflight.core.admission.mutation import steer  # noqa: E402
-from image_preflight.core.sources.snapshots import load_document  # noqa: E402
-from image_preflight.webhook.app import WebhookState, create_app  # noqa: E402
-from image_preflight.webhook.metrics import Metrics  # noqa: E402
+from benchmarks.webhook_breakdown import endpoint_seconds
+from benchmarks.webhook_load import yaml_free_job
+from image_preflight.core.admission.body import parse_review
+from image_preflight.core.admission.mutation import steer
+from image_preflight.core.admission.review import admit
+from image_preflight.core.admission.settings import Settings
+from image_preflight.core.sources.snapshots import load_document
+from image_preflight.webhook.app import WebhookState, create_app
+from image_preflight.webhook.metrics import Metrics
 
 
 def _inventory(image: str):

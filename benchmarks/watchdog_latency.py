@@ -21,7 +21,8 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TEST = "tests/cluster/test_cluster_watchdog.py::test_a_job_whose_pod_waits_with_err_image_never_pull_fails_and_kr8s_sees_it"
+TEST = ("tests/cluster/test_cluster_watchdog.py::"
+        "test_a_job_whose_pod_waits_with_err_image_never_pull_fails_and_kr8s_sees_it")
 
 
 def main() -> int:

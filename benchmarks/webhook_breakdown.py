@@ -21,16 +21,15 @@ from pathlib import Path
 import orjson
 import uvloop
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.webhook_load import EXAMPLE_NODES, multi_node_inventory, review_body, scheduled_review_body  # noqa: E402,E501
-from image_preflight.core.admission.body import parse_review  # noqa: E402
-from image_preflight.core.admission.review import admit  # noqa: E402
-from image_preflight.core.admission.settings import Settings  # noqa: E402
-from image_preflight.files.inventory import DEFAULT_MAX_IMAGES, load_inventory_file  # noqa: E402
-from image_preflight.webhook.app import WebhookState, _dumps, create_app  # noqa: E402
-from image_preflight.webhook.metrics import Metrics  # noqa: E402
+from benchmarks.webhook_load import EXAMPLE_NODES, multi_node_inventory, review_body, scheduled_review_body
+from image_preflight.core.admission.body import parse_review
+from image_preflight.core.admission.review import admit
+from image_preflight.core.admission.settings import Settings
+from image_preflight.files.inventory import DEFAULT_MAX_IMAGES, load_inventory_file
+from image_preflight.webhook.app import WebhookState, _dumps, create_app
+from image_preflight.webhook.metrics import Metrics
 
 
 async def endpoint_seconds(app, path: str, body: bytes, n: int, sink: io.StringIO) -> float:

@@ -22,14 +22,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.figures import rss_mib  # noqa: E402
-from image_preflight.certs.store import CertRequest, ensure_certificates  # noqa: E402
-from image_preflight.core.admission.review import admit  # noqa: E402
-from image_preflight.core.admission.settings import Settings  # noqa: E402
-from image_preflight.files.inventory import load_inventory_file  # noqa: E402
+from benchmarks.figures import rss_mib
+from image_preflight.certs.store import CertRequest, ensure_certificates
+from image_preflight.core.admission.review import admit
+from image_preflight.core.admission.settings import Settings
+from image_preflight.files.inventory import load_inventory_file
 
 
 def node_list(nodes: int, images: int) -> dict:
@@ -51,7 +50,8 @@ def node_list(nodes: int, images: int) -> dict:
             {
                 "apiVersion": "v1",
                 "kind": "Node",
-                "metadata": {"name": f"cpu-{n:03d}", "labels": {"pool": "cpu", "kubernetes.io/hostname": f"cpu-{n:03d}"}},
+                "metadata": {"name": f"cpu-{n:03d}",
+                             "labels": {"pool": "cpu", "kubernetes.io/hostname": f"cpu-{n:03d}"}},
                 "spec": {},
                 "status": {"images": status_images},
             }
@@ -164,7 +164,8 @@ def main() -> None:
         small.write_text(json.dumps(node_list(args.nodes, 5)))
         t_small = decision_seconds(small, args.iterations)
         t_large = decision_seconds(large, args.iterations)
-        ensure_certificates(work / "certs", CertRequest("image-preflight", "image-preflight"), datetime.now(timezone.utc))
+        ensure_certificates(work / "certs", CertRequest("image-preflight", "image-preflight"),
+                            datetime.now(timezone.utc))
         rss_file = serve_rss_mb(["--inventory", str(large)], work / "certs")
         rss_watch = watch_rss_mb(nodes, work / "certs", work)
         size_mb = os.path.getsize(large) / 1e6

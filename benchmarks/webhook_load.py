@@ -32,10 +32,11 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from image_preflight.certs.store import CertRequest, ensure_certificates  # noqa: E402
+from image_preflight.certs.store import CertRequest, ensure_certificates
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SERVER_NAME = "image-preflight.image-preflight.svc"
 EXTRA: list[str] = []
@@ -209,8 +210,8 @@ def main() -> None:
         cert, key = work / "tls.crt", work / "tls.key"
         images = multi_node_inventory(work / "nodes.json")
         serve_port, multi_port, bare_port, fastapi_port = free_port(), free_port(), free_port(), free_port()
-        serve_command = [sys.executable, "-m", "image_preflight", "serve", "--tls-cert", str(cert), "--tls-key", str(key),
-                         "--host", "127.0.0.1", "--metrics-port", "0", *EXTRA]
+        serve_command = [sys.executable, "-m", "image_preflight", "serve", "--tls-cert", str(cert),
+                         "--tls-key", str(key), "--host", "127.0.0.1", "--metrics-port", "0", *EXTRA]
         serve = start([*serve_command, "--inventory", str(EXAMPLE_NODES), "--port", str(serve_port)], serve_port)
         multi = start([*serve_command, "--inventory", str(work / "nodes.json"), "--max-images", "-1",
                        "--port", str(multi_port)], multi_port)

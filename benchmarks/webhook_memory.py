@@ -23,15 +23,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.figures import rss_mib  # noqa: E402
-from benchmarks.webhook_load import EXAMPLE_NODES, SERVER_NAME, free_port, wait_for_port  # noqa: E402
-from image_preflight.certs.store import CertRequest, ensure_certificates  # noqa: E402
-from image_preflight.core.decide.decision import MISSING, Decision, ImageVerdict  # noqa: E402
-from image_preflight.core.admission.messages import denial_message  # noqa: E402
-from image_preflight.core.decide.workloads import ContainerImage  # noqa: E402
+from benchmarks.figures import rss_mib
+from benchmarks.webhook_load import EXAMPLE_NODES, SERVER_NAME, free_port, wait_for_port
+from image_preflight.certs.store import CertRequest, ensure_certificates
+from image_preflight.core.admission.messages import denial_message
+from image_preflight.core.decide.decision import MISSING, Decision, ImageVerdict
+from image_preflight.core.decide.workloads import ContainerImage
 
 
 def pod_review(uid: int, image: str) -> bytes:

@@ -6,7 +6,16 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from image_preflight.certs.request import CA_DAYS, DAYS, KEY_KIND, KEY_KINDS, MAX_DAYS, RENEW_BEFORE_DAYS, CertRequest
+from image_preflight.certs.request import (
+    CA_DAYS,
+    DAYS,
+    KEY_KIND,
+    KEY_KINDS,
+    MAX_DAYS,
+    RENEW_BEFORE_DAYS,
+    CertRequest,
+    KeyKind,
+)
 from image_preflight.commands import add_command
 from image_preflight.errors import UsageError
 from image_preflight.flags import DIR, FILE, NAME, Flags, Kind, between, flag
@@ -42,7 +51,7 @@ class CertsConfig(Flags):
     ca_days: int = flag(CA_DAYS, kind=DAYS_KIND, help="the CA's lifetime")
     renew_before: int = flag(RENEW_BEFORE_DAYS, kind=_days(0),
                              help="replace certificates expiring within DAYS (less than --days and --ca-days)")
-    key: str = flag(KEY_KIND, choices=KEY_KINDS, help="ecdsa (P-256) or rsa (2048)")
+    key: KeyKind = flag(KEY_KIND, choices=KEY_KINDS, help="ecdsa (P-256) or rsa (2048)")
     secret: bool = flag(False, help="print a kubernetes.io/tls Secret to stdout")
     secret_name: str | None = flag(None, kind=NAME, help="that Secret's name", unset="SERVICE-tls")
     patch_webhook: Path | None = flag(None, kind=FILE, unset="none",
@@ -64,7 +73,7 @@ class CertsConfig(Flags):
     def request(self) -> CertRequest:
         """The service, the lifetimes and the key, as the store takes them."""
         return CertRequest(service=self.service, namespace=self.namespace, days=self.days, ca_days=self.ca_days,
-                           renew_before_days=self.renew_before, key_kind=self.key)  # type: ignore[arg-type]
+                           renew_before_days=self.renew_before, key_kind=self.key)
 
     @property
     def secret_named(self) -> str:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from image_preflight.files.atomic import write_atomic
 from image_preflight.errors import InputError
+from image_preflight.files.atomic import write_atomic
 
 WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 
@@ -133,8 +133,8 @@ def _service_of(hook: dict) -> str | None:
 
 def _document_spans(text: str) -> list[tuple[int, int, bool, bool]]:
     """(start, end, explicit '---', explicit '...') of each document, as character offsets."""
-    spans = []
-    start = explicit_start = None
+    spans: list[tuple[int, int, bool, bool]] = []
+    start, explicit_start = 0, False  # each document's end follows its start
     for event in yaml.parse(text):
         if isinstance(event, yaml.DocumentStartEvent):
             start, explicit_start = event.start_mark.index, event.explicit

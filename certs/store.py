@@ -72,7 +72,7 @@ def plan_certificates(out_dir: Path, request: CertRequest, now: dt.datetime) -> 
 
     host = f"{request.service}.{request.namespace}.svc"
     cert, key, reason = _existing_serving(out_dir, ca, request, now)
-    if reason is not None:
+    if reason is not None or cert is None or key is None:  # the pair on disk is kept only whole
         key = new_private_key(request.key_kind)
         cert = _lifetime(out_dir, request.days, "--days",
                          lambda: issue_serving_cert(ca, key, request.service, request.namespace, now, request.days))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import socket
 import ssl
 
@@ -11,8 +10,9 @@ from kubernetes.client.exceptions import ApiException
 
 from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
 from image_preflight.doctor.findings import WEBHOOK_NAME, WebhookTarget
-from image_preflight.kube.cluster_inventory import KubeletUnread, Unreadable, kubelet_reads, list_all
 from image_preflight.kube import write_policies
+from image_preflight.kube.client import json_body
+from image_preflight.kube.cluster_inventory import KubeletUnread, Unreadable, kubelet_reads, list_all
 from image_preflight.kube.status import status_message
 from image_preflight.kube.watch import describe_error
 
@@ -56,7 +56,8 @@ def replicas(api: kubernetes.client.ApiClient, target: WebhookTarget) -> tuple[i
             target.service, target.namespace, _request_timeout=_TIMEOUT)
     except Exception:  # noqa: BLE001 - absent, forbidden or unreachable: the endpoints say enough
         return None
-    return (found.status.ready_replicas or 0, found.spec.replicas if found.spec.replicas is not None else 1)
+    ready = found.status.ready_replicas if found.status is not None else None
+    return (ready or 0, found.spec.replicas if found.spec.replicas is not None else 1)
 
 
 def replica_pods(api: kubernetes.client.ApiClient, target: WebhookTarget) -> list[dict]:
@@ -91,7 +92,7 @@ def served_certificate(target: WebhookTarget, address: str | None, timeout: floa
     except (OSError, ValueError) as exc:
         return ("unreachable", f"{where}: {getattr(exc, 'strerror', None) or exc}"), None
     not_after = certificate.get("notAfter") if certificate else None
-    return ("verified", where), (ssl.cert_time_to_seconds(not_after) if not_after else None)
+    return ("verified", where), (ssl.cert_time_to_seconds(not_after) if isinstance(not_after, str) else None)
 
 
 def probe(api: kubernetes.client.ApiClient, namespace: str) -> tuple[str, str]:
@@ -108,7 +109,7 @@ def probe(api: kubernetes.client.ApiClient, namespace: str) -> tuple[str, str]:
     }
     try:
         _, _, headers = kubernetes.client.BatchV1Api(api).create_namespaced_job_with_http_info(
-            namespace, job, dry_run="All", _request_timeout=_TIMEOUT)
+            namespace, job, dry_run="All", _request_timeout=_TIMEOUT)  # type: ignore[arg-type]  # a dict body is sent as it is
     except ApiException as exc:
         message = status_message(exc)
         if exc.status == 422 and WEBHOOK_NAME in message:
@@ -123,12 +124,8 @@ def probe(api: kubernetes.client.ApiClient, namespace: str) -> tuple[str, str]:
 def needed_list(api: kubernetes.client.ApiClient) -> dict | None:
     """The needed-images ConfigMap's `data`; None when it does not exist."""
     try:
-        response = kubernetes.client.CoreV1Api(api).read_namespaced_config_map(
-            NEEDED_NAME, NEEDED_NAMESPACE, _preload_content=False, _request_timeout=_TIMEOUT)
-        try:
-            body = json.loads(response.data)
-        finally:
-            response.release_conn()
+        body = json_body(kubernetes.client.CoreV1Api(api).read_namespaced_config_map(
+            NEEDED_NAME, NEEDED_NAMESPACE, _preload_content=False, _request_timeout=_TIMEOUT))
     except ApiException as exc:
         if exc.status == 404:
             return None

@@ -10,12 +10,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from image_preflight.core import write_policies
-from image_preflight.core.image_gc import pinning
 from image_preflight.core.decide.inventory import CLOCK_SKEW_S
-from image_preflight.core.sources.node_status import node_images_from_node
-from image_preflight.core.watchdog.pull_failures import reference_of
-from image_preflight.core.sources.runtime_lists import node_images_from_runtime, renewals, renewed
 from image_preflight.core.decide.scheduling import NodeTraits, PodPlacement, as_admitted, unschedulable_reason
+from image_preflight.core.image_gc import pinning
+from image_preflight.core.sources.node_status import node_images_from_node
+from image_preflight.core.sources.runtime_lists import node_images_from_runtime, renewals, renewed
+from image_preflight.core.watchdog.pull_failures import reference_of
 
 # As the chart (deploy/chart/image-preflight) names them.
 WEBHOOK_NAME = "validate.image-preflight.io"
@@ -106,14 +106,16 @@ def webhook_configuration(configurations: Sequence[Mapping]) -> tuple[list[Findi
                                    int(service.get("port") or 443), ca_bundle,
                                    webhook.get("namespaceSelector") or {}, webhook.get("failurePolicy") or "Fail")
             found = [Finding(OK, f"ValidatingWebhookConfiguration {name} sends reviews to Service "
-                             f"{target.namespace}/{target.service}:{target.port} (failurePolicy {target.failure_policy})")]
+                             f"{target.namespace}/{target.service}:{target.port} "
+                             f"(failurePolicy {target.failure_policy})")]
             if target.failure_policy == "Fail":
                 # Measured with agentlightning 1.0.2 (tests/cluster/test_real_node_agentlightning.py): its
                 # controller retries a creation refused without "invalid" for ever, no Job exists.
                 found.append(Finding(PROBLEM, f"ValidatingWebhookConfiguration {name} has failurePolicy Fail: while "
                                      "the webhook is away, agent-lightning's rollouts stay queuing with no Job, "
                                      "retried every poll, and training stalls",
-                                     helm_upgrade(target.namespace, "webhook.failurePolicy=Ignore", "watchdog.enabled=true")
+                                     helm_upgrade(target.namespace, "webhook.failurePolicy=Ignore",
+                                                  "watchdog.enabled=true")
                                      + " (the watchdog fails what an outage lets through)"))
             if not ca_bundle:
                 found.append(Finding(PROBLEM, f"ValidatingWebhookConfiguration {name} has no caBundle: the apiserver "
@@ -249,7 +251,8 @@ def namespaces(namespaces: Sequence[Mapping], target: WebhookTarget, rollouts: s
     """`rollouts`: the namespace agent-lightning creates its Jobs in (AGL_NAMESPACE)."""
     chosen = opted_in(namespaces, target)
     shown = ", ".join(chosen[:10]) + (f" and {len(chosen) - 10} more" if len(chosen) > 10 else "")
-    found = [Finding(OK if chosen else PROBLEM, f"{len(chosen)} namespace(s) opted in" + (f": {shown}" if chosen else ""),
+    found = [Finding(OK if chosen else PROBLEM,
+                     f"{len(chosen)} namespace(s) opted in" + (f": {shown}" if chosen else ""),
                      "" if chosen else f"kubectl label namespace {rollouts} {ENFORCE_LABEL}=true")]
     if rollouts not in {(n.get("metadata") or {}).get("name") for n in namespaces}:
         found.append(Finding(PROBLEM, f"namespace {rollouts} (AGL_NAMESPACE) does not exist",
@@ -270,7 +273,8 @@ def probe(outcome: tuple[str, str], namespace: str | None) -> Finding:
     if namespace is None:
         return Finding(SKIPPED, "the end-to-end check (no opted-in namespace to create a dry-run Job in)")
     if kind == "denied":
-        return Finding(OK, f"the apiserver calls the webhook: a dry-run Job in {namespace} was denied ({detail[:80]}...)")
+        return Finding(OK, f"the apiserver calls the webhook: a dry-run Job in {namespace} was denied "
+                       f"({detail[:80]}...)")
     if kind == "warned":
         return Finding(OK, f"the apiserver calls the webhook, which only warns (mode warn or audit): {detail[:80]}")
     if kind == "admitted":

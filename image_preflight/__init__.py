@@ -49,13 +49,18 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-if TYPE_CHECKING:
-    from image_preflight.api import decide, load_inventory
-    from image_preflight.scanner.rows import filter_rows, judge_rows, needed_images
-    from image_preflight.core.decide.decision import Decision, ImageVerdict
-    from image_preflight.core.decide.inventory import Inventory, NodeImages
-    from image_preflight.errors import InputError
-    from image_preflight.scanner.judge import RowVerdict
+if TYPE_CHECKING:  # what type checkers see of _EXPORTS: each name re-exported as itself
+    from image_preflight.api import decide as decide
+    from image_preflight.api import load_inventory as load_inventory
+    from image_preflight.core.decide.decision import Decision as Decision
+    from image_preflight.core.decide.decision import ImageVerdict as ImageVerdict
+    from image_preflight.core.decide.inventory import Inventory as Inventory
+    from image_preflight.core.decide.inventory import NodeImages as NodeImages
+    from image_preflight.errors import InputError as InputError
+    from image_preflight.scanner.judge import RowVerdict as RowVerdict
+    from image_preflight.scanner.rows import filter_rows as filter_rows
+    from image_preflight.scanner.rows import judge_rows as judge_rows
+    from image_preflight.scanner.rows import needed_images as needed_images
 
 
 def __getattr__(name: str):

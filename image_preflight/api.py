@@ -46,8 +46,8 @@ def decide(workload_or_pod_spec: Mapping, inventory: Inventory, *, require: str 
     it) or a bare pod spec: can its IfNotPresent/Never images be found where its pods may land?
 
     `require` is "all" (every eligible node must hold them), "any" (each image on some eligible
-    node) or "one-node" (one eligible node holds them all: what `serve --steer` asks of a Job). Leases of the node agents'
-    lists are judged at `now` (default: the current time). Raises WorkloadError,
+    node) or "one-node" (one eligible node holds them all: what `serve --steer` asks of a Job).
+    Leases of the node agents' lists are judged at `now` (default: the current time). Raises WorkloadError,
     SchedulingSpecError (ValueErrors) when the object cannot be read.
     """
     kind = workload_or_pod_spec.get("kind") if isinstance(workload_or_pod_spec, Mapping) else None

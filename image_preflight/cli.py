@@ -21,6 +21,7 @@ from typing import NamedTuple
 from image_preflight.errors import PreflightError
 from image_preflight.faces import BASE_MODULES, EXTRA_MODULES
 
+
 class Command(NamedTuple):
     module: str  # its flags and config; imports its runner when run
     extra: str  # the distribution's extra that installs its dependencies ("" for the base install)
@@ -40,7 +41,8 @@ COMMANDS = {
     "inventory": Command("image_preflight.inventory.config", "kube", "write the cluster's nodes and images"),
     "watchdog": Command("image_preflight.watchdog.config", "watchdog",
                         "fail a Job whose Pod cannot get its node-local image"),
-    "doctor": Command("image_preflight.doctor.config", "kube", "check the cluster end to end, each finding with its fix"),
+    "doctor": Command("image_preflight.doctor.config", "kube",
+                      "check the cluster end to end, each finding with its fix"),
 }
 
 

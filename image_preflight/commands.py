@@ -9,7 +9,7 @@ import importlib
 from typing import Any
 
 from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES
-from image_preflight.flags import COUNT, MAX_COUNT, PORT, Kind, add_flags, at_most, flag
+from image_preflight.flags import COUNT, MAX_COUNT, PORT, Flags, Kind, add_flags, at_most, flag
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -33,7 +33,8 @@ def max_images_flag(where: str = "") -> Any:
                 help=f"the kubelets' nodeStatusMaxImages{where} (-1: no cap)")
 
 
-def add_command(subparsers: Any, name: str, config: type, command: str, **parser: str) -> argparse.ArgumentParser:
+def add_command(subparsers: Any, name: str, config: type[Flags], command: str,
+                **parser: str | None) -> argparse.ArgumentParser:
     """Subcommand `name` with `config`'s flags, running `command`'s run(config) (`parser`: help,
     description, epilog)."""
     sub = subparsers.add_parser(name, **parser)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from image_preflight.errors import UsageError
 
@@ -171,6 +171,8 @@ def add_flags(parser: argparse.ArgumentParser, config: type, *, when: str = "") 
                 spec.one_of, parser.add_mutually_exclusive_group(required=True))
         options: dict[str, Any] = {"help": help_text(field, spec, when)}
         if spec.positional:
+            if spec.kind is None:
+                raise TypeError(f"{field.name}: a positional flag reads its values as a kind (kind=)")
             target.add_argument(field.name, nargs="+", type=spec.kind.parse, metavar=spec.kind.metavar, **options)
             continue
         options.update(dest=field.name, default=None)
@@ -179,7 +181,7 @@ def add_flags(parser: argparse.ArgumentParser, config: type, *, when: str = "") 
         else:
             if spec.choices:
                 options["choices"] = spec.choices
-            else:
+            elif spec.kind is not None:  # as it is without choices: else a switch, above
                 options.update(type=spec.kind.parse, metavar=spec.kind.metavar)
             if spec.repeat:
                 options["action"] = "append"
@@ -191,8 +193,11 @@ def add_flags(parser: argparse.ArgumentParser, config: type, *, when: str = "") 
 class Flags:
     """Base of a command's config: checks every flag's value, then `check`, the rules between flags."""
 
+    # Each config is a dataclass: what dataclasses.fields() reads of it.
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
     def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+        for field in dataclasses.fields(self):
             spec: Flag | None = field.metadata.get("flag")
             value = getattr(self, field.name)
             if spec is None or value is None or spec.repeat or spec.positional:

@@ -14,6 +14,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Set
 from dataclasses import replace
+from typing import cast
 
 import numpy as np
 
@@ -118,7 +119,8 @@ class HashSet:
 def compact(node: NodeImages) -> NodeImages:
     """`node` with its name sets held as ImageSets (or HashSets): what the shells keep of every list
     they read."""
-    refs = HashSet(node.refs) if isinstance(node.refs, ImageHashes) else ImageSet(node.refs)
+    # A node's refs are its names as a set, or their hashes.
+    refs = HashSet(node.refs) if isinstance(node.refs, ImageHashes) else ImageSet(cast("Set[str]", node.refs))
     return replace(node, refs=refs, ids=ImageSet(node.ids))
 
 

@@ -93,15 +93,20 @@ class BufferedStderrHandler(logging.StreamHandler):
     def write_line(self, line: str) -> None:
         """A JSON object without a LogRecord, written as JsonLines writes an info record's."""
         line = _with_head(_head(time.time(), "info"), line)
-        with self.lock:
+        self.acquire()
+        try:
             self.stream.write(line + "\n")
+        finally:
+            self.release()
 
     def flush_now(self) -> None:
-        with self.lock:
-            try:
-                self.stream.flush()
-            except (OSError, ValueError):
-                pass  # stderr gone (closed pipe): nothing left to tell
+        self.acquire()
+        try:
+            self.stream.flush()
+        except (OSError, ValueError):
+            pass  # stderr gone (closed pipe): nothing left to tell
+        finally:
+            self.release()
 
     def close(self) -> None:
         self._poller.stop()
@@ -158,7 +163,12 @@ def serve_metrics(port: int, host: str, registry, stops: Stops) -> None:
         httpd, _ = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
         raise UnavailableError(f"--metrics-port {port}: cannot listen ({exc.strerror or exc})") from None
-    stops.add(lambda: (httpd.shutdown(), httpd.server_close()))
+
+    def stop() -> None:
+        httpd.shutdown()
+        httpd.server_close()
+
+    stops.add(stop)
 
 
 def until_signalled(work: Callable[[threading.Event], object], name: str,

@@ -13,9 +13,9 @@ import json
 import sys
 import time
 
-from image_preflight.inventory.config import DumpConfig
 from image_preflight.core.sources.runtime_lists import RUNTIME_KIND
 from image_preflight.files.atomic import write_atomic
+from image_preflight.inventory.config import DumpConfig
 from image_preflight.kube.cluster_inventory import read_cluster
 
 

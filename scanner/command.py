@@ -51,7 +51,7 @@ def run(config: ScanConfig) -> int:
             if needed is not None:
                 Path(needed).write_text(output.needed_images_text(result), encoding="utf-8")
     except BaseException:
-        if created is not None:
+        if created is not None and config.out_dir is not None:  # created: the out dir's topmost new folder
             _remove_empty(created, config.out_dir)
         raise
     if config.output == "json":
@@ -73,10 +73,12 @@ def _refuse_one_file_twice(outputs: tuple[tuple[str, Path | None], ...], config:
         other = written.setdefault(datasets.file_identity(target), option)
         if other != option:
             raise UsageError(f"{target}: {other} and {option} would write the same file")
-    for path in config.datasets if config.out_dir is not None else ():
-        other = written.get(datasets.file_identity(config.out_dir / path.name))
-        if other is not None:
-            raise UsageError(f"{config.out_dir / path.name}: {other} and --out-dir would write the same file")
+    if config.out_dir is None:
+        return
+    for path in config.datasets:
+        written_by = written.get(datasets.file_identity(config.out_dir / path.name))
+        if written_by is not None:
+            raise UsageError(f"{config.out_dir / path.name}: {written_by} and --out-dir would write the same file")
 
 
 def _make_out_dir(out_dir: Path | None) -> Path | None:
@@ -128,7 +130,7 @@ def _cluster_inventory(config: ScanConfig, now: float):
 
 def _template(config: ScanConfig):
     """The Job template; TemplateError (an InputError) when it cannot yield a Job at all."""
-    if config.image is not None:
+    if config.template is None:  # --image: one of the two (ScanConfig)
         template = make_template(None, config.image)
     else:
         try:
@@ -150,8 +152,14 @@ class _progress:
             return None
         # Imported for a terminal only: some 35 ms of a piped scan's start-up.
         from rich.console import Console
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
 
         self._bar = Progress(
             TextColumn("scanning"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn(),
@@ -162,10 +170,12 @@ class _progress:
         return self
 
     def advance(self, rows: int) -> None:
-        self._bar.advance(self._task, rows)
+        if self._bar is not None:
+            self._bar.advance(self._task, rows)
 
     def add_total(self, rows: int) -> None:
-        self._bar.update(self._task, total=self._bar.tasks[0].total + rows)
+        if self._bar is not None:
+            self._bar.update(self._task, total=(self._bar.tasks[0].total or 0) + rows)  # total 0 at first
 
     def __exit__(self, *exc) -> None:
         if self._bar is not None:

@@ -50,27 +50,28 @@ def read_json_rows(path: Path) -> JsonRows:
     data = _read_bytes(path)
     if dataset_format(path) == "json":
         try:
-            rows = _loads(data)
+            listed = _loads(data)
         except _Malformed as exc:
             raise InputError(f"{path}: not JSON ({exc})") from None
         except _Unkeepable as exc:
-            row = _failing_row(_text(data))
-            raise InputError(f"{path}: {'' if row is None else f'row {row}: '}{exc}") from None
-        if not isinstance(rows, list):
-            raise InputError(f"{path}: expected a JSON list of objects, found {type(rows).__name__}")
+            failing = _failing_row(_text(data))
+            raise InputError(f"{path}: {'' if failing is None else f'row {failing}: '}{exc}") from None
+        if not isinstance(listed, list):
+            raise InputError(f"{path}: expected a JSON list of objects, found {type(listed).__name__}")
         may_nest = _brackets(data) > MAX_DEPTH
-        for index, row in enumerate(rows):
+        for index, row in enumerate(listed):
             if not isinstance(row, dict):
                 raise InputError(f"{path}: row {index}: not a JSON object")
             too_deep = _too_deep(row) if may_nest else None
             if too_deep is not None:
                 raise InputError(f"{path}: row {index}: {too_deep}: {_NESTED}")
-        return JsonRows(rows, None)
+        return JsonRows(listed, None)
     encoding = json.detect_encoding(data)
     if encoding not in ("utf-8", "utf-8-sig"):
         # Split at b"\n", another encoding's lines would be cut inside a character.
         raise InputError(f"{path}: JSON Lines are UTF-8 (jsonlines.org), this file is {encoding.upper()}")
-    rows, lines = [], []
+    rows: list[dict] = []
+    lines: list[bytes] = []
     for number, line in enumerate(data.splitlines(keepends=True), start=1):
         if not line.strip():
             continue
@@ -163,19 +164,25 @@ def _failing_row(text: str) -> int | None:
     """The index of the first element of the JSON list `text` that cannot be read, None when
     `text` is no list or its elements are read (the failure is elsewhere)."""
     decoder = json.JSONDecoder(parse_float=_finite)
-    index = _SPACE.match(text).end()
+    index = _after_space(text, 0)
     if not text.startswith("[", index):
         return None
-    index, row = _SPACE.match(text, index + 1).end(), 0
+    index, row = _after_space(text, index + 1), 0
     while True:
         try:
             _, index = decoder.raw_decode(text, index)
         except (ValueError, RecursionError):
             return row
-        index = _SPACE.match(text, index).end()
+        index = _after_space(text, index)
         if not text.startswith(",", index):
             return None
-        index, row = _SPACE.match(text, index + 1).end(), row + 1
+        index, row = _after_space(text, index + 1), row + 1
+
+
+def _after_space(text: str, index: int) -> int:
+    """Where the JSON whitespace at `index` ends."""
+    found = _SPACE.match(text, index)
+    return found.end() if found else index  # it matches, if only the empty string
 
 
 def _clip(text: str, keep: int = 40) -> str:
@@ -264,7 +271,7 @@ def _unreadable(path: Path, exc: BaseException) -> InputError:
     return InputError(f"{path}: not a readable parquet file ({_why(exc)})")
 
 
-def write_json_rows(path: Path, source: JsonRows, keep: Sequence[bool]) -> None:
+def write_json_rows(path: Path, source: JsonRows, keep: Iterable[bool]) -> None:
     if source.lines is not None:
         kept = [line for line, ok in zip(source.lines, keep) if ok]
         payload = b"".join(line if line.endswith((b"\n", b"\r")) else line + b"\n" for line in kept)

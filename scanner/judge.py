@@ -6,7 +6,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from image_preflight.scanner.slots import Shape, shape_of, substitute, survives_yaml
+from image_preflight.core.decide import decision as core
+from image_preflight.core.decide.inventory import Inventory
+from image_preflight.core.decide.scheduling import SchedulingSpecError
+from image_preflight.core.decide.words import sandbox_clauses
+from image_preflight.core.decide.workloads import WorkloadError, pod_spec_of
 from image_preflight.scanner.render import (
     MISSING,
     JobTemplate,
@@ -17,12 +21,7 @@ from image_preflight.scanner.render import (
     lookup,
     reach,
 )
-from image_preflight.core.decide import decision as core
-from image_preflight.core.decide.inventory import Inventory
-from image_preflight.core.decide.words import sandbox_clauses
-from image_preflight.core.decide.scheduling import SchedulingSpecError
-from image_preflight.core.decide.workloads import WorkloadError, pod_spec_of
-
+from image_preflight.scanner.slots import Shape, SlotPlan, shape_of, substitute, survives_yaml
 
 
 class RowReason(StrEnum):
@@ -95,7 +94,7 @@ class RowJudge:
         """(fields keyed by value, fields keyed by presence only)."""
         if self.plan is None:
             return self.template.paths, ()
-        deciding = self._deciding_markers(self.template.probe_row())
+        deciding = self._deciding_markers(self.template.probe_row(), self.plan)
         by_value = set(self.plan.steering)
         by_presence = set()
         for slot in self.plan.slots:
@@ -122,17 +121,18 @@ class RowJudge:
 
     def shared_verdict(self, row: Mapping, key: tuple | None = None) -> RowVerdict | None:
         """The verdict for every row with this key, or None when each needs its own render."""
-        return self._shared_verdict(as_sent(row), key)  # type: ignore[arg-type]
+        return self._shared_verdict(as_sent(row), key)
 
     def _shared_verdict(self, row: Mapping, key: tuple | None) -> RowVerdict | None:
         # `row` as sent (see as_sent): converted once per row, not once per step.
         key = self._key(row) if key is None else key
         if key not in self._shared:
-            self._shared[key] = self._judge_by_slots(row) if self.plan is not None else self._judge_uncached(row)
+            self._shared[key] = (self._judge_by_slots(row, self.plan) if self.plan is not None
+                                 else self._judge_uncached(row))
         return self._shared[key]
 
     def judge(self, row: Mapping, key: tuple | None = None) -> RowVerdict:
-        row = as_sent(row)  # type: ignore[assignment]
+        row = as_sent(row)
         key = self._key(row) if key is None else key
         verdict = self._shared_verdict(row, key)
         if verdict is not None:
@@ -143,8 +143,8 @@ class RowJudge:
             verdict = self._exact[exact] = self._judge_uncached(row)
         return verdict
 
-    def _shape(self, row: Mapping) -> Shape | None:
-        key = tuple((d, _freeze(v)) for d, v in (reach(row, p) for p in self.plan.steering))  # type: ignore[union-attr]
+    def _shape(self, row: Mapping, plan: SlotPlan) -> Shape | None:
+        key = tuple((d, _freeze(v)) for d, v in (reach(row, p) for p in plan.steering))
         if key not in self._shapes:
             try:
                 text, missing = self.template.render_shape(row)
@@ -156,23 +156,24 @@ class RowJudge:
                 if missing:  # a missing field printed outside the slots: the full render judges it
                     self._shapes[key] = None
                     return None
-                self._shapes[key] = shape_of(text, spec, job, [s.marker for s in self.plan.slots])  # type: ignore[union-attr]
+                self._shapes[key] = shape_of(text, spec, job, [s.marker for s in plan.slots])
         return self._shapes[key]
 
-    def _deciding_markers(self, row: Mapping) -> frozenset[str] | None:
-        shape = self._shape(row)
+    def _deciding_markers(self, row: Mapping, plan: SlotPlan) -> frozenset[str] | None:
+        shape = self._shape(row, plan)
         return None if shape is None else shape.deciding
 
-    def _judge_by_slots(self, row: Mapping) -> RowVerdict | None:
-        shape = self._shape(row)
+    def _judge_by_slots(self, row: Mapping, plan: SlotPlan) -> RowVerdict | None:
+        shape = self._shape(row, plan)
         if shape is None:
             return None
-        texts, missing_fields = {}, []
-        for slot in self.plan.slots:  # type: ignore[union-attr]
+        texts: dict[str, str] = {}
+        missing_fields: list[str] = []
+        for slot in plan.slots:
             presence_only = slot.bare in self.presence_paths
             if presence_only and slot.marker in shape.deciding:
                 return None  # this shape puts a presence-keyed field where the decision reads it
-            if presence_only and lookup(row, slot.bare) is not MISSING:  # type: ignore[arg-type]
+            if presence_only and slot.bare is not None and lookup(row, slot.bare) is not MISSING:
                 continue  # prints whatever it holds, somewhere the decision does not read
             try:
                 text, missing = self.template.render_slot(slot, row)
@@ -272,8 +273,8 @@ def _freeze(value: object) -> object:
 
 def make_template(template: str | None, image: str | None, *, name: str = "<template>") -> JobTemplate:
     """A JobTemplate from a template text or from an `--image` expression (exactly one)."""
-    if (template is None) == (image is None):
-        raise TemplateError("give exactly one of a template or an image expression")
-    if image is not None:
+    if template is not None and image is None:
+        return JobTemplate(template, name=name)
+    if image is not None and template is None:
         return JobTemplate(image_template(image), name="--image")
-    return JobTemplate(template, name=name)  # type: ignore[arg-type]
+    raise TemplateError("give exactly one of a template or an image expression")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from typing import TextIO
+from typing import Any, TextIO
 
 from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.image_gc.pinning import needed_text
@@ -83,7 +83,8 @@ def _counts(file: FileResult) -> str:
     dropped = f"dropped {len(file.dropped)}"
     reasons = file.dropped_by_reason()
     if reasons:
-        dropped += " (" + ", ".join(f"{reason} {reasons[reason]}" for reason in DROP_REASONS if reasons.get(reason)) + ")"
+        dropped += " (" + ", ".join(f"{reason} {reasons[reason]}" for reason in DROP_REASONS
+                                    if reasons.get(reason)) + ")"
     return f"rows {file.rows}, {kept}, {dropped}"
 
 
@@ -165,7 +166,7 @@ def _record(record: RowRecord) -> dict:
 def report_text(result: ScanResult) -> str:
     """The --report (and --output json) document as json.dumps(indent=2) writes it; its fields are
     documented in the README."""
-    fields = {
+    fields: dict[str, Any] = {
         "files": [
             {
                 "file": str(f.path),

@@ -82,7 +82,7 @@ def distinct_inputs(
     _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
     rows = []
     for row_index in first:
-        row: dict = {}
+        row = {}
         for path, indices, values in decoders:
             _set(row, path, values[indices[row_index]])
         for path in placeholders:

@@ -13,21 +13,26 @@ import json
 import math
 import re
 from collections.abc import Mapping
+from typing import Any, overload
 
 import jinja2
 import yaml
 from jinja2 import nodes
+from jinja2.utils import missing as _NO_PARENT
 
 from image_preflight.core.decide.workloads import WorkloadError, deciding_fields, pod_spec_of
 from image_preflight.errors import InputError
 from image_preflight.scanner.slots import plan_slots
-from jinja2.utils import missing as _NO_PARENT
 
 JOB_NAME = "image-preflight-scan"  # job names never reach an image; one constant keeps renders cacheable
 _printed_undefined: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("printed_undefined", default=None)
 _DICT_METHODS = frozenset(dir(dict))
 
 
+@overload
+def as_sent(value: Mapping[Any, Any]) -> Mapping[Any, Any]: ...
+@overload
+def as_sent(value: object) -> object: ...
 def as_sent(value: object) -> object:
     """`value` as agent-lightning's controller receives it. The trainer enqueues each rollout with
     RolloutCreate.model_dump(mode="json") (agentlightning/verl/agl_rollout_manager.py,
@@ -157,7 +162,9 @@ class JobTemplate:
     def render_shape(self, row: Mapping) -> tuple[str, list[str]]:
         """The text with every slot printing its marker (see scanner.slots), and the missing
         fields printed outside the slots."""
-        return self._render(self.plan.shape, row)  # type: ignore[union-attr]
+        if self.plan is None:
+            raise TypeError(f"{self.name}: no slots, so no shape to render")  # RowJudge asks only with slots
+        return self._render(self.plan.shape, row)
 
     def render_slot(self, slot, row: Mapping) -> tuple[str, tuple[str, ...]]:
         """The text a slot's expression gives for `row`, before yaml_escape quotes it, and the
@@ -321,13 +328,13 @@ def _input_chains(tree: nodes.Template, parents: dict[int, nodes.Node]):
         while True:
             parent = parents.get(id(node))
             key = _step(parent, node)
-            if key is None:
+            if parent is None or key is None:  # no parent reads no key
                 break
             caller = parents.get(id(parent))
             if isinstance(caller, nodes.Call) and caller.node is parent:
                 break  # `input.name.lower()`: a method of the value, not a field
             path.append(key)
-            node = parent  # type: ignore[assignment]
+            node = parent
         yield tuple(path), node, name
 
 

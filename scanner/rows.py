@@ -134,5 +134,5 @@ def needed_images(rows: Iterable[Mapping], **rules) -> list[str]:
 # help() shows judge_rows' keywords on its two views: they are defined once, there.
 for _view, _returns in ((filter_rows, "tuple[list[Mapping], list[tuple[int, Mapping, RowVerdict]]]"),
                         (needed_images, "list[str]")):
-    _view.__signature__ = inspect.signature(judge_rows).replace(return_annotation=_returns)  # type: ignore[attr-defined]
+    setattr(_view, "__signature__", inspect.signature(judge_rows).replace(return_annotation=_returns))
 del _view, _returns

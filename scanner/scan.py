@@ -188,8 +188,8 @@ def _shared_verdicts(judge: RowJudge, inputs, progress: Progress | None) -> list
     for group, row in enumerate(inputs.rows):
         verdict = judge.shared_verdict(row)
         verdicts.append(verdict)
-        if progress and verdict is not None:
-            done += int(sizes[group])  # type: ignore[index]
+        if progress and sizes is not None and verdict is not None:  # sizes: counted for a progress
+            done += int(sizes[group])
             if done >= 1024:
                 progress.advance(done)
                 done = 0

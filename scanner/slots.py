@@ -15,6 +15,7 @@ import copy
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any, overload
 
 import jinja2
 from jinja2 import nodes
@@ -43,11 +44,12 @@ class SlotPlan:
 
 def plan_slots(env: jinja2.Environment, tree: nodes.Template, chains, parents) -> SlotPlan | None:
     """`chains`: [(path, outermost chain node, Name node)] of every `input` read."""
-    found = []  # (output position, expression)
+    found: list[tuple[tuple[int, int], nodes.Expr]] = []  # (output position, expression)
     for out_index, output in enumerate(tree.find_all(nodes.Output)):
         for node_index, child in enumerate(output.nodes):
-            if _is_slot(child, env):
-                found.append(((out_index, node_index), child.node))
+            expression = _slot_expression(child, env)
+            if expression is not None:
+                found.append(((out_index, node_index), expression))
     if not found:
         return None
     inside: dict[int, int] = {}  # id(node) -> slot number
@@ -57,21 +59,23 @@ def plan_slots(env: jinja2.Environment, tree: nodes.Template, chains, parents) -
             inside[id(node)] = number
     slot_paths: list[set] = [set() for _ in found]
     bare: list[Path | None] = [None] * len(found)
-    steering = set()
+    steering: set[Path] = set()
     for path, top, name in chains:
-        number = inside.get(id(name))
-        if number is None:
+        slot = inside.get(id(name))
+        if slot is None:
             steering.add(path)
             continue
-        slot_paths[number].add(path)
-        if top is found[number][1]:
-            bare[number] = path
+        slot_paths[slot].add(path)
+        if top is found[slot][1]:
+            bare[slot] = path
     shape_tree = copy.deepcopy(tree)
     outputs = list(shape_tree.find_all(nodes.Output))
     slots = []
     for number, ((out_index, node_index), expression) in enumerate(found):
         marker = _MARKER.format(number)
-        outputs[out_index].nodes[node_index].node = nodes.Const(marker)
+        printed = outputs[out_index].nodes[node_index]
+        assert isinstance(printed, nodes.Filter)  # the copy of the slot's yaml_escape
+        printed.node = nodes.Const(marker)
         template = env.from_string(nodes.Template([nodes.Output([copy.deepcopy(expression)])]))
         slots.append(Slot(marker, template, tuple(sorted(slot_paths[number], key=_order)), bare[number]))
     return SlotPlan(tuple(slots), env.from_string(shape_tree), tuple(sorted(steering, key=_order)))
@@ -81,7 +85,8 @@ def _order(path: Path) -> tuple:
     return tuple(map(str, path))
 
 
-def _is_slot(child: nodes.Node, env: jinja2.Environment) -> bool:
+def _slot_expression(child: nodes.Node, env: jinja2.Environment) -> nodes.Expr | None:
+    """The expression `child` prints, if `child` is a slot."""
     if not (
         isinstance(child, nodes.Filter)
         and child.name == "yaml_escape"
@@ -91,14 +96,15 @@ def _is_slot(child: nodes.Node, env: jinja2.Environment) -> bool:
         and child.dyn_kwargs is None
         and child.node is not None
     ):
-        return False
+        return None
     names = list(child.node.find_all(nodes.Name))
     if isinstance(child.node, nodes.Name):
         names.append(child.node)
     # Only the row, the job name and globals: loop or `set` variables exist only in place.
-    return any(n.name == "input" for n in names) and all(
+    slot = any(n.name == "input" for n in names) and all(
         n.name in _SLOT_NAMES or n.name in env.globals for n in names
     )
+    return child.node if slot else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +132,10 @@ def shape_of(text: str, spec: Mapping, job: Mapping, markers: list[str]) -> Shap
     return Shape(fields, frozenset(m for m in markers if m in encoded))
 
 
+@overload
+def substitute(node: Mapping[Any, Any], texts: Mapping[str, str]) -> dict[Any, Any]: ...
+@overload
+def substitute(node: object, texts: Mapping[str, str]) -> object: ...
 def substitute(node: object, texts: Mapping[str, str]) -> object:
     if isinstance(node, str):
         return texts.get(node, node)

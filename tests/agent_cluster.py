@@ -15,7 +15,6 @@ from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION
 from tests.containerd import Containerd, build_oci_archive_many, import_image
 from tests.controlplane.cluster import ControlPlane
 
-
 NODE = "cpu-1"
 
 

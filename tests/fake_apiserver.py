@@ -356,7 +356,8 @@ class FakeApiServer:
         try:
             since = int(rv_text)
         except ValueError:
-            raise ApiError(400, f"resourceVersion {rv_text!r}: this double serves watches from a resourceVersion only") from None
+            raise ApiError(400, f"resourceVersion {rv_text!r}: this double serves watches from a resourceVersion "
+                           "only") from None
         with self._lock:
             if since < self._compacted_rv:
                 return None, [ApiError(410, f"too old resource version: {since} ({self._compacted_rv})")]

@@ -17,7 +17,6 @@ from tests.builders.inventories import NOW
 from tests.builders.nodes import cri_image, docker_line, kube_node, node_list, runtime, sha, status_image
 from tests.builders.reviews import pod_spec
 
-
 ALPHA = "docker.io/library/alpha:v1"
 
 
@@ -71,7 +70,8 @@ def set_in(path: str, value):
 
 
 GVISOR = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass", "metadata": {"name": "gvisor"}, "handler": "runsc",
-          "scheduling": {"nodeSelector": {"sandbox": "gvisor"}, "tolerations": [{"key": "sandbox", "operator": "Exists"}]}}
+          "scheduling": {"nodeSelector": {"sandbox": "gvisor"},
+                         "tolerations": [{"key": "sandbox", "operator": "Exists"}]}}
 
 
 def with_class(mutate) -> str:
@@ -95,7 +95,8 @@ HOSTILE = [
      r":2: JSON nested too deeply"),
     ("nan", "nodes.json", holding(ALPHA).replace('"sizeBytes": 100000000', '"sizeBytes": NaN'),
      r":\d+: not JSON as Kubernetes writes it \(NaN is not a JSON number\)"),
-    ("infinity", "nodes.json", with_runtime(set_in("spec.leaseDurationSeconds", "LEASE")).replace('"LEASE"', "Infinity"),
+    ("infinity", "nodes.json",
+     with_runtime(set_in("spec.leaseDurationSeconds", "LEASE")).replace('"LEASE"', "Infinity"),
      r":1: not JSON as Kubernetes writes it \(Infinity is not a JSON number\)"),
     ("minus-infinity-in-a-docker-line", "worker.json", docker_line("a", "1").replace('"N/A"', "-Infinity", 1),
      r":1: not JSON as Kubernetes writes it \(-Infinity is not a JSON number\)"),
@@ -103,7 +104,8 @@ HOSTILE = [
      r": images\[0\]\.id: expected a string, got list"),
     ("crictl-id-a-dict", "worker.json", with_crictl(set_in("id", {"sha256": "a"})),
      r": images\[0\]\.id: expected a string, got dict"),
-    ("crictl-id-a-number", "worker.json", with_crictl(set_in("id", 7)), r": images\[0\]\.id: expected a string, got int"),
+    ("crictl-id-a-number", "worker.json", with_crictl(set_in("id", 7)),
+     r": images\[0\]\.id: expected a string, got int"),
     ("crictl-tags-numbers", "worker.json", with_crictl(set_in("repoTags", [1, 2])),
      r": images\[0\]\.repoTags\[0\]: expected a string, got int"),
     ("crictl-digests-an-object", "worker.json", with_crictl(set_in("repoDigests", {"a": "b"})),
@@ -161,7 +163,8 @@ HOSTILE = [
      r": items\[0\]\.metadata\.labels\.\\udc00: not valid Unicode \(a lone surrogate escape\)"),
     ("lone-surrogate-in-a-crictl-id", "worker.json", with_crictl(set_in("id", "sha256:\ud83d")),
      r": images\[0\]\.id: not valid Unicode \(a lone surrogate escape\)"),
-    ("lone-surrogate-in-a-docker-tag", "worker.json", docker_line("a", "1") + "\n" + docker_line("python", "3.11\ud800"),
+    ("lone-surrogate-in-a-docker-tag", "worker.json",
+     docker_line("a", "1") + "\n" + docker_line("python", "3.11\ud800"),
      r":2: Tag: not valid Unicode \(a lone surrogate escape\)"),
     ("docker-repository-a-number", "worker.json", docker_line("python", "3.11").replace('"python"', "7"),
      r":1: Repository: expected a string, got int"),
@@ -197,12 +200,14 @@ SEED_NODE = kube_node("worker-1", [status_image("docker.io/library/python", "3.1
 
 SEEDS = {
     "List": {"apiVersion": "v1", "kind": "List", "items": [SEED_NODE, runtime("worker-1"), GVISOR]},
-    "NodeList": {"apiVersion": "v1", "kind": "NodeList", "items": [{k: v for k, v in SEED_NODE.items() if k != "kind"}]},
+    "NodeList": {"apiVersion": "v1", "kind": "NodeList",
+                 "items": [{k: v for k, v in SEED_NODE.items() if k != "kind"}]},
     "Node": SEED_NODE,
     "NodeImages": runtime("worker-2"),
     "NodeImagesList": {"kind": "NodeImagesList", "items": [runtime("a"), runtime("b")]},
     "RuntimeClassList": {"kind": "RuntimeClassList", "items": [GVISOR]},
-    "crictl": {"images": [cri_image(sha("a"), ["docker.io/library/python:3.11"], ["docker.io/library/python@" + sha("1")]),
+    "crictl": {"images": [cri_image(sha("a"), ["docker.io/library/python:3.11"],
+                                    ["docker.io/library/python@" + sha("1")]),
                           cri_image(sha("b"))]},
     "docker": json.loads(docker_line("python", "3.11", sha("1"))),
 }
@@ -271,7 +276,8 @@ def hostile_texts(count: int, seed: int):
             yield form, "\n".join(render(mutate(SEEDS["docker"], rng), rng).replace("\n", "")
                                   for _ in range(rng.randint(1, 3)))
         elif form == "references":
-            lines = [rng.choice(REFERENCES + ["\x00", "NaN", "[", "{", HUGE, "a\udc00"]) for _ in range(rng.randint(1, 4))]
+            lines = [rng.choice(REFERENCES + ["\x00", "NaN", "[", "{", HUGE, "a\udc00"])
+                     for _ in range(rng.randint(1, 4))]
             yield form, "\n".join(lines)
         else:
             yield form, render(mutate(SEEDS[form], rng), rng)

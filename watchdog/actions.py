@@ -4,7 +4,6 @@ image_preflight.core.watchdog.job_failure; this module only talks to the apiserv
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from dataclasses import dataclass
 
@@ -12,11 +11,20 @@ import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
 from image_preflight.core.sources.runtime_lists import (
-    AGENT_NAMESPACE, GROUP, LEASE_GROUP, LEASE_PLURAL, LEASE_VERSION, PLURAL, VERSION, renewal)
+    AGENT_NAMESPACE,
+    GROUP,
+    LEASE_GROUP,
+    LEASE_PLURAL,
+    LEASE_VERSION,
+    PLURAL,
+    VERSION,
+    renewal,
+)
 from image_preflight.core.watchdog import job_failure
 from image_preflight.core.watchdog.job_failure import AUDIT, AUDITED, EVENT_ONLY, FAILED, Action
 from image_preflight.core.watchdog.pull_failures import FAILED_SANDBOX, not_the_jobs_pod, sandbox_unconfirmed
 from image_preflight.core.watchdog.stalls import Stall
+from image_preflight.kube.client import json_body
 from image_preflight.kube.status import status_message
 from image_preflight.kube.watch import describe_error
 
@@ -59,7 +67,8 @@ class Actions:
                 job = self._read_job(owner.name, stall.namespace)
             except ApiException as exc:
                 if exc.status == 404:
-                    return Handled(Action.SKIPPED, "gone", job_failure.record(stall, Action.SKIPPED, at=_now(), waited_s=waited_s))
+                    return Handled(Action.SKIPPED, "gone",
+                                   job_failure.record(stall, Action.SKIPPED, at=_now(), waited_s=waited_s))
                 raise
             at = _now()
             content = job_failure.record(stall, action, at=at, waited_s=waited_s)
@@ -88,7 +97,8 @@ class Actions:
                 stall, kind="Job", name=owner.name, uid=owner.uid, api_version=owner.api_version, action=action,
                 message=job_failure.job_message(stall, action), at=at, instance=self.instance))
             return Handled(action, problem, content)
-        return Handled(Action.SKIPPED, "conflicts", job_failure.record(stall, Action.SKIPPED, at=_now(), waited_s=waited_s))
+        return Handled(Action.SKIPPED, "conflicts",
+                       job_failure.record(stall, Action.SKIPPED, at=_now(), waited_s=waited_s))
 
     def _unconfirmed(self, job: dict) -> str | None:
         """Why a FailedCreate's denial does not stand, or None when a dry run of the Job's Pod is
@@ -96,8 +106,8 @@ class Actions:
         answer now does (and a denial the cluster has since outgrown fails nothing)."""
         namespace = job["metadata"]["namespace"]
         try:
-            self._core.create_namespaced_pod(namespace, job_failure.probe_pod(job), dry_run="All",
-                                             _request_timeout=_REQUEST_TIMEOUT)
+            self._core.create_namespaced_pod(namespace, job_failure.probe_pod(job),  # type: ignore[arg-type]  # a dict body is sent as it is
+                                             dry_run="All", _request_timeout=_REQUEST_TIMEOUT)
         except ApiException as exc:
             text = status_message(exc) or describe_error(exc)
             if any(text.startswith(f'admission webhook "{name}" denied the request: ') for name in self.webhooks):
@@ -128,11 +138,10 @@ class Actions:
                 return f"not confirmed: node {stall.node} has no NodeImages (no node agent reports its runtime)"
             raise
         try:
-            node_images = json.loads(response.data)
+            node_images = json_body(response)
         except ValueError:
             return f"not confirmed: node {stall.node}'s NodeImages is not JSON"
-        finally:
-            response.release_conn()
+        assert stall.stuck is not None  # a sandbox stall carries the image (stalls.sandbox_stall)
         why = sandbox_unconfirmed(node_images if isinstance(node_images, dict) else {}, stall.node,
                                   stall.stuck.image, time.time(), renewed_at=self._renewed_at(stall.node))
         return None if why is None else f"not confirmed: {why}"
@@ -151,12 +160,8 @@ class Actions:
         return found[1] if found is not None and found[0] == node else None
 
     def _read_job(self, name: str, namespace: str) -> dict:
-        response = self._batch.read_namespaced_job(name, namespace, _preload_content=False,
-                                                   _request_timeout=_REQUEST_TIMEOUT)
-        try:
-            return json.loads(response.data)
-        finally:
-            response.release_conn()
+        return json_body(self._batch.read_namespaced_job(name, namespace, _preload_content=False,
+                                                         _request_timeout=_REQUEST_TIMEOUT))
 
     def _pod_event(self, stall: Stall, waited_s: float) -> Handled:
         at = _now()
@@ -170,7 +175,8 @@ class Actions:
         """Create the Event; "" when written (or already written by another watchdog), else why not.
         The annotation is the record that counts, so a lost Event does not undo the action."""
         try:
-            self._core.create_namespaced_event(body["metadata"]["namespace"], body, _request_timeout=_REQUEST_TIMEOUT)
+            self._core.create_namespaced_event(body["metadata"]["namespace"], body,  # type: ignore[arg-type]  # a dict body is sent as it is
+                                               _request_timeout=_REQUEST_TIMEOUT)
         except ApiException as exc:
             if exc.status == 409:
                 return ""

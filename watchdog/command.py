@@ -52,7 +52,10 @@ def start(config: WatchdogConfig, stops: Stops) -> Watchdog:
                                                  agent_namespace=config.cluster.agent_namespace),
                         metrics)
     serve_metrics(config.metrics_port, config.host, metrics.registry, stops)
-    on_restart = lambda reason: metrics.watch_restarts.labels(reason).inc()  # noqa: E731
+
+    def on_restart(reason: str) -> None:
+        metrics.watch_restarts.labels(reason).inc()
+
     for watcher in watchers(api, watchdog, namespace_selector=config.namespace_selector,
                             pods=UNFINISHED_PODS, events=FAILED_CREATES, sandbox_events=SANDBOX_FAILURES,
                             on_restart=on_restart):

@@ -18,10 +18,10 @@ from starlette.routing import Route
 
 from image_preflight.core.admission.answers import Answer, internal_error, refusal
 from image_preflight.core.admission.body import BadReview, parse_review
+from image_preflight.core.admission.mutation import steer
 from image_preflight.core.admission.review import admit
 from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.inventory import Inventory
-from image_preflight.core.admission.mutation import steer
 from image_preflight.webhook.metrics import Metrics
 from image_preflight.webhook.protocol import CLIENT_NAMES, CLIENT_VERIFIED
 from image_preflight.webhook.tls import CallerNames

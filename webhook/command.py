@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 
 import uvicorn
+
 from image_preflight.errors import InputError
 from image_preflight.service import Stops, configure_logging, line_writer, serve_metrics
 from image_preflight.webhook.app import WebhookState, create_app

@@ -8,10 +8,22 @@ from pathlib import Path
 from image_preflight.commands import add_command, log_level_flag, max_images_flag, metrics_port_flag
 from image_preflight.core.admission.settings import MODES, UNKNOWN_POLICIES, Mode, Settings
 from image_preflight.core.admission.steering import DEFAULT_MAX_NODES
-from image_preflight.core.decide.decision import REQUIRE_ALL, REQUIRE_ANY, Verdict
+from image_preflight.core.decide.decision import REQUIRE_ALL, REQUIRE_ANY, Requirement, Verdict
 from image_preflight.errors import UsageError
-from image_preflight.flags import (ADDRESS, COUNT, FILE, NAME, PORT, SECONDS, SELECTOR, Flags, above, at_least,
-                                   flag, flags_of)
+from image_preflight.flags import (
+    ADDRESS,
+    COUNT,
+    FILE,
+    NAME,
+    PORT,
+    SECONDS,
+    SELECTOR,
+    Flags,
+    above,
+    at_least,
+    flag,
+    flags_of,
+)
 from image_preflight.kube.client import ClusterFlags
 from image_preflight.webhook.tls import DEFAULT_TLS_VERSION, TLS_VERSIONS
 
@@ -39,7 +51,8 @@ def register(subparsers, epilog: str | None = None) -> None:
 class ServeConfig(Flags):
     tls_cert: Path = flag(kind=FILE, required=True, help="the serving certificate (PEM), re-read when it changes")
     tls_key: Path = flag(kind=FILE, required=True, help="its private key (PEM)")
-    tls_min_version: str = flag(DEFAULT_TLS_VERSION, choices=tuple(TLS_VERSIONS), help="the oldest TLS version accepted")
+    tls_min_version: str = flag(DEFAULT_TLS_VERSION, choices=tuple(TLS_VERSIONS),
+                                help="the oldest TLS version accepted")
     client_ca: Path | None = flag(None, kind=FILE, unset="any caller",
                                   help="answer /validate and /mutate only for callers presenting a certificate from "
                                   "this CA (the apiserver's, from its AdmissionConfiguration kubeConfigFile)")
@@ -88,5 +101,5 @@ class ServeConfig(Flags):
     @property
     def settings(self) -> Settings:
         """What the admission answers depend on."""
-        return Settings(mode=self.mode, unknown=self.unknown, require=self.require, steer=self.steer,
+        return Settings(mode=self.mode, unknown=self.unknown, require=Requirement(self.require), steer=self.steer,
                         max_steer_nodes=self.steer_max_nodes)

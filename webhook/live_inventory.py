@@ -13,14 +13,14 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
-from image_preflight.errors import InputError
-from image_preflight.files.poll import Poller, file_stamp
 from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES, Inventory, NodeImages, overriding
-from image_preflight.files.inventory import load_inventory_file
-from image_preflight.core.sources.node_status import node_images_from_node
 from image_preflight.core.decide.runtime_classes import RuntimeClassScheduling, runtime_class_from_object
 from image_preflight.core.decide.scheduling import SchedulingSpecError
+from image_preflight.core.sources.node_status import node_images_from_node
 from image_preflight.core.sources.runtime_lists import node_images_from_runtime, renewal, renewals, renewed
+from image_preflight.errors import InputError
+from image_preflight.files.inventory import load_inventory_file
+from image_preflight.files.poll import Poller, file_stamp
 from image_preflight.image_set import compact
 from image_preflight.kube.node_images import runtime_node_name
 
@@ -96,11 +96,13 @@ class LiveInventory:
     def upsert_runtime(self, obj: dict) -> None:
         item = self._convert_runtime(obj)
         with self._lock:
-            node = runtime_node_name(obj) if item is None else item.node
             if item is None:
+                node = runtime_node_name(obj)
                 # A list that no longer reads must not keep proving absences.
-                self._runtime.pop(node, None)
+                if node is not None:
+                    self._runtime.pop(node, None)
             else:
+                node = item.node
                 self._runtime[node] = item
             self._publish_nodes((node,), "node-images")
 
@@ -121,7 +123,8 @@ class LiveInventory:
         with self._lock:
             if found is None:
                 name = _name(lease)
-                self._renewals.pop(name, None)  # type: ignore[arg-type]
+                if name is not None:
+                    self._renewals.pop(name, None)
                 self._publish_nodes((name,), "lease")
                 return
             self._renewals[found[0]] = found[1]
@@ -144,7 +147,8 @@ class LiveInventory:
     def delete_renewal(self, lease: dict) -> None:
         with self._lock:
             name = _name(lease)
-            self._renewals.pop(name, None)  # type: ignore[arg-type]
+            if name is not None:
+                self._renewals.pop(name, None)
             self._publish_nodes((name,), "lease")
 
     # RuntimeClasses (see image_preflight.kube.runtime_classes).
@@ -157,16 +161,18 @@ class LiveInventory:
     def upsert_runtime_class(self, obj: dict) -> None:
         converted = self._convert_class(obj)
         with self._lock:
-            if converted is None:
-                # Unreadable now: its old scheduling must not go on deciding.
-                self._classes.pop(_name(obj), None)
-            else:
+            if converted is not None:
                 self._classes[converted[0]] = converted[1]
+            elif (name := _name(obj)) is not None:
+                # Unreadable now: its old scheduling must not go on deciding.
+                self._classes.pop(name, None)
             self._publish("runtime-class")
 
     def delete_runtime_class(self, obj: dict) -> None:
+        name = _name(obj)
         with self._lock:
-            self._classes.pop(_name(obj), None)
+            if name is not None:
+                self._classes.pop(name, None)
             self._publish("runtime-class")
 
     def _convert_class(self, obj: dict) -> tuple[str, RuntimeClassScheduling] | None:

@@ -37,16 +37,19 @@ from __future__ import annotations
 import asyncio
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import cast
 
 import uvloop
+
 # uvicorn's internals, here only: no public hook sees a request's first byte or the end of its
 # headers, nor lets a shutdown answer with Connection: close. tests/webhook/test_header_deadline.py
 # names each internal relied on, so a uvicorn release that moves one fails there.
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
 # uvloop's TLS protocol, the one its TLS servers put under each connection (uvloop/sslproto.pyx),
 # outside its public API: DeadlineLoop puts it there itself, to hold the connection from its
 # accept rather than from the end of its handshake. test_header_deadline.py names it too.
-from uvloop.loop import SSLProtocol
+from uvloop.loop import SSLProtocol  # type: ignore[attr-defined]  # internal: uvloop's stubs leave it out
 
 from image_preflight.webhook.tls import caller_names
 
@@ -69,7 +72,7 @@ class DeadlineLoop(uvloop.Loop):
     close a TLS connection whose handshake is not done by the header deadline, and hold their
     connections within the protocol's `max_connections`."""
 
-    async def create_server(self, protocol_factory, *args, ssl=None,  # type: ignore[override]
+    async def create_server(self, protocol_factory, *args, ssl=None,
                             ssl_handshake_timeout=None, ssl_shutdown_timeout=None, **kwargs):
         held = OpenConnections()
 
@@ -187,9 +190,10 @@ class DeadlineProtocol(HttpToolsProtocol):
             self.held.leave(self)
 
     def evict(self) -> None:
-        self._raw.abort()  # at once, and with it its file descriptor
+        if self._raw is not None:  # it is: only a connection opened() counted is evicted
+            self._raw.abort()  # at once, and with it its file descriptor
 
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport) -> None:
         super().connection_made(transport)
         if self._raw is None and not self.opened(transport):  # without TLS, counted here at the accept
             transport.abort()
@@ -215,8 +219,9 @@ class DeadlineProtocol(HttpToolsProtocol):
         self._waiting_since = None
         if self.held is not None:
             self.held.busy(self)
-        self.scope[CLIENT_VERIFIED] = self._client_verified
-        self.scope[CLIENT_NAMES] = self._client_names
+        scope = cast("dict[str, object]", self.scope)  # ASGI's keys, and a server may add its own
+        scope[CLIENT_VERIFIED] = self._client_verified
+        scope[CLIENT_NAMES] = self._client_names
         super().on_headers_complete()
         if self._draining and self.cycle is not None:
             self.cycle.keep_alive = False  # the answer says Connection: close

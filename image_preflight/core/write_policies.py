@@ -13,13 +13,14 @@ evaluates policies through their bindings only), and a binding without Deny only
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from image_preflight.core.objects import as_mapping
 
 DENY = "Deny"
 
 
-def problem(name: str, policy: Mapping | None, binding: Mapping | None) -> str | None:
+def problem(name: str, policy: Mapping[str, Any] | None, binding: Mapping[str, Any] | None) -> str | None:
     """What keeps the policy `name` from denying, in words naming the object; None when it denies.
     `policy` and `binding`: the objects of that name, None where absent."""
     if policy is None:

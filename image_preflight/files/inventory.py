@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from image_preflight.errors import InputError
 from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES, Inventory
 from image_preflight.core.sources.snapshots import SnapshotError, load_snapshot
+from image_preflight.errors import InputError
 from image_preflight.image_set import compact
 
 
@@ -25,7 +25,8 @@ def load_inventory_file(paths: Path | Sequence[Path], *, max_images: int | None 
         if path.suffix.lower() == ".json" and head and head not in "{[":
             # The format is told by content, but a file named .json that is not JSON is a mistake,
             # not a text file of references.
-            raise InputError(f"{path}: not JSON (a .json snapshot starts with {{ or [), found {text.lstrip().splitlines()[0][:20]!r}")
+            raise InputError(f"{path}: not JSON (a .json snapshot starts with {{ or [), "
+                             f"found {text.lstrip().splitlines()[0][:20]!r}")
         try:
             snapshot = load_snapshot(
                 text, source=str(path), observed_at=observed_at, max_images=max_images, node_name=path.stem

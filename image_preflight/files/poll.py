@@ -11,9 +11,9 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
-def file_stamp(*paths: Path) -> tuple:
+def file_stamp(*paths: Path) -> tuple[tuple[int, int, int] | None, ...]:
     """What changes when any of `paths` is rewritten or replaced (None for a missing file)."""
-    stamps = []
+    stamps: list[tuple[int, int, int] | None] = []
     for path in paths:
         try:
             stat = path.stat()

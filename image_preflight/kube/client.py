@@ -6,16 +6,18 @@ The flags cost no import of the client: a command's parser is built before anyth
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from image_preflight.core.sources.runtime_lists import AGENT_NAMESPACE
 from image_preflight.errors import InputError
 from image_preflight.flags import FILE, NAME, Flags, flag
 
 if TYPE_CHECKING:
+    import urllib3
     from kubernetes.client import ApiClient
 
 
@@ -84,3 +86,18 @@ def api_client(kubeconfig: Path | None, *, context: str | None = None, instead: 
     except Exception as exc:  # the client raises several types for a bad or absent config
         detail = " ".join(str(exc).split())
         raise InputError(f"{where}: cannot configure the Kubernetes client ({detail})") from None
+
+
+def json_body(response: object) -> Any:
+    """The JSON body of what a generated client's method returns with _preload_content=False: the
+    urllib3 response, not the model its signature names. Its connection is released."""
+    raw = cast("urllib3.HTTPResponse", response)
+    try:
+        return json.loads(raw.data)
+    finally:
+        raw.release_conn()
+
+
+def custom_object(value: object) -> dict[str, Any]:
+    """A custom object as CustomObjectsApi's methods return it, typed `object`: its decoded JSON."""
+    return cast("dict[str, Any]", value)

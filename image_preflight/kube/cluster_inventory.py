@@ -9,7 +9,6 @@ The result is one `kind: List`, what `inventory dump` writes and `scan` reads wi
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
@@ -17,10 +16,21 @@ from typing import NamedTuple
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
+from image_preflight.core.objects import as_mapping, as_text
 from image_preflight.core.sources.node_status import CAP_ANNOTATION
 from image_preflight.core.sources.runtime_lists import (
-    AGENT_NAMESPACE, API_VERSION, GROUP, PLURAL, RUNTIME_KIND, VERSION, node_images_from_runtime, renewal, renewed)
+    AGENT_NAMESPACE,
+    API_VERSION,
+    GROUP,
+    PLURAL,
+    RUNTIME_KIND,
+    VERSION,
+    node_images_from_runtime,
+    renewal,
+    renewed,
+)
 from image_preflight.errors import InputError, UnavailableError
+from image_preflight.kube.client import json_body
 from image_preflight.kube.pages import Pages
 from image_preflight.kube.watch import describe_error
 
@@ -101,7 +111,7 @@ def delete_node_images(api: kubernetes.client.ApiClient, *, settle_s: float, sle
 
 
 def node_names(nodes: list[dict]) -> list[str]:
-    return [(n.get("metadata") or {}).get("name") for n in nodes]
+    return [as_text(as_mapping(n.get("metadata")).get("name")) for n in nodes]
 
 
 def snapshot(nodes: list[dict], published: list[dict], *, now: float, note: Note,
@@ -148,12 +158,8 @@ def kubelet_reads(api: kubernetes.client.ApiClient, names: list[str], path: str,
 
     def read(name: str) -> dict | KubeletUnread:
         try:
-            response = core.connect_get_node_proxy_with_path(name, path, _preload_content=False,
-                                                              _request_timeout=timeout)
-            try:
-                body = json.loads(response.data)
-            finally:
-                response.release_conn()
+            body = json_body(core.connect_get_node_proxy_with_path(name, path, _preload_content=False,
+                                                                   _request_timeout=timeout))
         except ApiException as exc:
             return KubeletUnread(exc.status, describe_error(exc))
         except Exception as exc:  # noqa: BLE001 - a bad answer or connection, as many types

@@ -15,8 +15,8 @@ from typing import Protocol
 
 import kubernetes.client
 
-from image_preflight.kube.watch import NODE_PAGE, ResourceWatcher
 from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION
+from image_preflight.kube.watch import NODE_PAGE, ResourceWatcher
 
 # How often a missing CRD is looked for again.
 ABSENT_RETRY_SECONDS = 60.0

@@ -21,7 +21,8 @@ class RuntimeClassSink(Protocol):
     def delete_runtime_class(self, obj: dict) -> None: ...
 
 
-def runtime_class_watcher(api_client: kubernetes.client.ApiClient, sink: RuntimeClassSink, **options) -> ResourceWatcher:
+def runtime_class_watcher(api_client: kubernetes.client.ApiClient, sink: RuntimeClassSink,
+                          **options) -> ResourceWatcher:
     """A ResourceWatcher over RuntimeClasses feeding `sink`, not started; `options` go to it."""
     return ResourceWatcher(
         kubernetes.client.NodeV1Api(api_client).list_runtime_class,

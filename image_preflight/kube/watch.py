@@ -64,8 +64,9 @@ class ResourceWatcher:
     """List and watch what `list_objects` lists, handing raw dicts to the callbacks.
 
     `list_objects(**query)` is a generated client's list method with everything but the query
-    bound, e.g. `CoreV1Api(api).list_node`; `what` names it in logs and the thread. `replace` gets the full list after every (re)list,
-    `upsert` each added or modified object, `delete` each deleted one. With `absent_retry`, a 404
+    bound, e.g. `CoreV1Api(api).list_node`; `what` names it in logs and the thread. `replace` gets
+    the full list after every (re)list, `upsert` each added or modified object, `delete` each
+    deleted one. With `absent_retry`, a 404
     (the resource is not served, e.g. its CRD is not installed), or another of `absent_statuses`,
     counts as an empty list, logged once, and the list is tried again quietly about every
     `absent_retry` seconds.

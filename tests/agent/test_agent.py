@@ -13,15 +13,23 @@ import pytest
 
 from image_preflight.agent.cri import RuntimeImage
 from image_preflight.agent.inventory import (
-    CHANGED, CREATE, fingerprint, image_dicts, node_images_object, publish_reason, sandbox_image_report)
-from image_preflight.agent.publisher import PublishError, Publisher
+    CHANGED,
+    CREATE,
+    fingerprint,
+    image_dicts,
+    node_images_object,
+    publish_reason,
+    sandbox_image_report,
+)
+from image_preflight.agent.publisher import Publisher, PublishError
 from image_preflight.cli import main, parse_config
-from tests.containerd import SANDBOX_IMAGE as SANDBOX, manifest_digest, tag
-from tests.fake_apiserver import FakeApiServer
 from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, image_hashes, parse_time
 from image_preflight.core.sources.snapshots import load_snapshot
 from tests.agent_cluster import ALPHA, DEADLINE_S, NODE, SWE, import_images
 from tests.agent_helpers import SAMPLE, T0, image, names_by_id, printed
+from tests.containerd import SANDBOX_IMAGE as SANDBOX
+from tests.containerd import manifest_digest, tag
+from tests.fake_apiserver import FakeApiServer
 
 TOOL = "registry.example.com:5000/team/tool:2.0"
 
@@ -137,7 +145,8 @@ def test_server_errors_raise_one_line_and_the_next_cycle_recovers(double, double
     double.fail_next(1, status=500, message="etcd is having a bad day")
     with pytest.raises(PublishError) as raised:
         double_publisher.publish(SAMPLE[:1], now=T0 + 1)
-    assert str(raised.value) == f"{PLURAL}/{NODE}: cannot write: HTTP 500 Internal Server Error: etcd is having a bad day"
+    assert str(raised.value) == (f"{PLURAL}/{NODE}: cannot write: HTTP 500 Internal Server Error: "
+                                 "etcd is having a bad day")
     assert double_publisher.publish(SAMPLE[:1], now=T0 + 2) == CHANGED
     assert double.get_object(PLURAL, NODE, group=GROUP, version=VERSION)["spec"]["images"] == SAMPLE[:1]
 
@@ -247,13 +256,15 @@ def undeclared(value: object, schema: dict, path: str = "") -> list[str]:
             problem for key, item in value.items() if key in schema["properties"]
             for problem in undeclared(item, schema["properties"][key], f"{path}.{key}")]
     if isinstance(value, list) and "items" in schema:
-        return [problem for n, item in enumerate(value) for problem in undeclared(item, schema["items"], f"{path}[{n}]")]
+        return [problem for n, item in enumerate(value)
+                for problem in undeclared(item, schema["items"], f"{path}[{n}]")]
     return []
 
 
 def test_the_published_object_fits_the_crd_and_loses_nothing_to_pruning():
     crd = manifest("CustomResourceDefinition")
-    assert (crd["metadata"]["name"], crd["spec"]["group"], crd["spec"]["scope"]) == (f"{PLURAL}.{GROUP}", GROUP, "Cluster")
+    assert (crd["metadata"]["name"], crd["spec"]["group"], crd["spec"]["scope"]) == (
+        f"{PLURAL}.{GROUP}", GROUP, "Cluster")
     assert (crd["spec"]["names"]["plural"], crd["spec"]["names"]["kind"]) == (PLURAL, "NodeImages")
     (version,) = crd["spec"]["versions"]
     assert version["name"] == VERSION and version["served"] and version["storage"]
@@ -318,7 +329,8 @@ def test_the_agent_may_touch_nodeimages_and_nothing_else():
                       "resourceNames": ["image-preflight-agent-own-node"], "verbs": ["get"]}
     binding = manifest("ClusterRoleBinding")
     account = manifest("ServiceAccount")["metadata"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}]
     namespace = manifest("Namespace")
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"  # hostPath
     namespaced = [d for d in agent_manifests() if d["kind"] not in (

@@ -20,8 +20,18 @@ from image_preflight.agent.cri import ImageClient
 from image_preflight.agent.inventory import image_dicts
 from image_preflight.cli import main
 from image_preflight.core.image_gc.pinning import (
-    MARK_LABEL, MARK_VALUE, PINNED_LABEL, PINNED_VALUE, NeededImages, PinPlan,
-    needed_text, needed_unpinned, parse_needed, pin_plan, pinning_refusal, pinning_report,
+    MARK_LABEL,
+    MARK_VALUE,
+    PINNED_LABEL,
+    PINNED_VALUE,
+    NeededImages,
+    PinPlan,
+    needed_text,
+    needed_unpinned,
+    parse_needed,
+    pin_plan,
+    pinning_refusal,
+    pinning_report,
 )
 from tests.agent_cluster import ALPHA, wait_until
 from tests.agent_helpers import BETA, GAMMA, SOURCE, import_images, labels_of
@@ -128,7 +138,6 @@ def sized(image_id: str, tag: str, size: int, pinned: bool = False) -> dict:
     return {**image(image_id, tag, pinned=pinned), "size": size}
 
 
-GAMMA = "docker.io/library/gamma:v1"
 C_ID = "sha256:" + "c" * 64
 
 
@@ -211,7 +220,8 @@ def test_containerd_pins_its_sandbox_image_itself_and_the_plan_leaves_that_pin_a
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--print", "--pin-needed-images", SOURCE], "--pin-needed-images: pins only with --publish"),
-    (["--publish", "--pin-needed-images", "needed-images"], "--pin-needed-images: 'needed-images' is not NAMESPACE/NAME"),
+    (["--publish", "--pin-needed-images", "needed-images"],
+     "--pin-needed-images: 'needed-images' is not NAMESPACE/NAME"),
 ])
 def test_bad_pinning_flags_are_named(argv, message, capsys):
     assert main(["agent", "--node", "n", *argv]) == 2

@@ -14,7 +14,16 @@ from collections.abc import Callable
 import pytest
 
 from image_preflight.agent.cri import CRIError, ImageClient, RuntimeImage, sandbox_image_from_info
-from tests.containerd import Containerd, build_oci_archive, build_oci_archive_many, import_image, manifest_digest, remove, require_containerd, tag
+from tests.containerd import (
+    Containerd,
+    build_oci_archive,
+    build_oci_archive_many,
+    import_image,
+    manifest_digest,
+    remove,
+    require_containerd,
+    tag,
+)
 
 ALPHA = "docker.io/library/alpha:v1"
 SWE = "docker.io/swebench/sweb.eval.x86_64.astropy__astropy-12907:latest"

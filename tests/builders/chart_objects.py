@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 # API groups whose CRDs cannot be installed on the test control plane (no registry, no network):
 # kubernetes-validate has no schema for them either, so tests/deploy/test_chart.py checks their
 # objects field by field.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-
 NEAR_THE_PARSER_LIMIT = 1010  # orjson refuses past 1,024; the deepest field below is 9 levels in
 DEEP = "deep"  # where body() writes the nesting: as text, as no encoder goes that deep
 

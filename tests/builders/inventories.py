@@ -6,7 +6,6 @@ from image_preflight.core.decide.inventory import Inventory, NodeImages
 from image_preflight.core.decide.scheduling import NodeTraits
 from tests.builders.nodes import OBSERVED
 
-
 NOW = OBSERVED  # decisions' clock: the moment the lists were observed
 SWE = "swebench/swesmith.x86_64.owner_1776_repo.abcdef12:openai"
 

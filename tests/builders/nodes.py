@@ -7,7 +7,6 @@ import json
 
 from image_preflight.core.sources.runtime_lists import runtime_object
 
-
 OBSERVED = 1_796_000_000.0  # 2026-11-29T...Z
 
 

@@ -110,7 +110,8 @@ def missing_job_review(uid: str = "3a1e0c55-0000-4000-8000-000000000001") -> dic
 
 
 def three_nodes(path: Path, image: str, holders: tuple[str, ...]) -> Path:
-    nodes = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
+    nodes = [{"apiVersion": "v1", "kind": "Node",
+              "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
               "spec": {}, "status": {"conditions": [{"type": "Ready", "status": "True"}],
                                      "images": [{"names": ["docker.io/" + image] if name in holders else ["x:1"],
                                                  "sizeBytes": 1}]}}

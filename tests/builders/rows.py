@@ -8,7 +8,6 @@ from pathlib import Path
 import jinja2
 import yaml
 
-
 JOB_HEAD = """apiVersion: batch/v1
 kind: Job
 metadata:

@@ -14,7 +14,8 @@ JOB_POD_LABELS = {"batch.kubernetes.io/controller-uid": "job-uid", "controller-u
 JOB_SELECTOR = {"matchLabels": {"batch.kubernetes.io/controller-uid": "job-uid"}}
 
 
-def waiting_pod(*, reason: str | None = "ErrImageNeverPull", image: str = "swe/task:openai", policy: str | None = "IfNotPresent",
+def waiting_pod(*, reason: str | None = "ErrImageNeverPull", image: str = "swe/task:openai",
+        policy: str | None = "IfNotPresent",
         uid: str = "pod-uid", namespace: str = NS, owner: dict | None = JOB_OWNER, init: bool = False,
         labels: dict | None = JOB_POD_LABELS, **metadata) -> dict:
     container = {"name": "agent", "image": image, **({"imagePullPolicy": policy} if policy else {})}

@@ -7,8 +7,8 @@ import pytest
 
 from image_preflight.certs import authority
 from image_preflight.certs.config import CertsConfig
-from image_preflight.certs.request import KEY_KINDS, CertRequest
 from image_preflight.certs.manifests import patch_webhook_file
+from image_preflight.certs.request import KEY_KINDS, CertRequest
 from image_preflight.cli import build_parser, main
 from image_preflight.errors import InputError, UsageError
 

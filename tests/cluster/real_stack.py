@@ -23,7 +23,6 @@ from tests.controlplane.webhook import ServedWebhook
 from tests.node.images import swe_smith_image
 from tests.node.real_node import NODE_NAME, RealNode
 
-
 DENIED = 'admission webhook "validate.image-preflight.io" denied the request: invalid:'
 HELD = swe_smith_image("pandas-dev", "pandas", "95280573e1")
 ABSENT = swe_smith_image("getmoto", "moto", "694ce1f4a1")

@@ -25,9 +25,9 @@ from image_preflight.agent.cri import ImageClient
 from image_preflight.agent.events import IMAGE_EVENTS_FILTER, ImageEvents
 from image_preflight.agent.publisher import Agent, Publisher
 from image_preflight.cli import build_parser
+from tests.agent_cluster import ALPHA, SWE, import_images, wait_listed, wait_until
 from tests.containerd import build_oci_archive_many, import_image, remove
 from tests.controlplane.network import relay
-from tests.agent_cluster import ALPHA, SWE, import_images, wait_listed, wait_until
 
 NEVER = 600.0  # --interval: no periodic list happens within a test
 # A bound, not a measure: the agent lists 0.2 s after the last event; CI machines may be slow.
@@ -35,7 +35,7 @@ EVENT_DEADLINE_S = 3.0
 
 
 @pytest.fixture
-def agents(cluster) -> Iterator[Callable[..., tuple[Agent, threading.Event, threading.Thread]]]:  # noqa: F811
+def agents(cluster) -> Iterator[Callable[..., tuple[Agent, threading.Event, threading.Thread]]]:
     """Starts Agents of the cluster's node in threads; stops and closes them at the end."""
     started: list[tuple[Agent, threading.Event, threading.Thread]] = []
 

@@ -26,11 +26,21 @@ from image_preflight.agent.inventory import CHANGED, CREATE, RENEW
 from image_preflight.agent.publisher import Agent, Publisher
 from image_preflight.cli import main
 from image_preflight.core.sources.runtime_lists import (
-    AGENT_NAMESPACE, GROUP, PLURAL, VERSION, format_time, image_hashes, node_images_from_runtime, renewal, renewed,
-    runtime_object)
+    AGENT_NAMESPACE,
+    GROUP,
+    PLURAL,
+    VERSION,
+    format_time,
+    image_hashes,
+    node_images_from_runtime,
+    renewal,
+    renewed,
+    runtime_object,
+)
 from tests.agent_cluster import ALPHA, DEADLINE_S, SWE, import_images, wait_listed, wait_until
 from tests.agent_helpers import SAMPLE, T0, names_by_id, printed
-from tests.containerd import SANDBOX_IMAGE as SANDBOX, remove, tag
+from tests.containerd import SANDBOX_IMAGE as SANDBOX
+from tests.containerd import remove, tag
 from tests.controlplane.cluster import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -28,7 +28,6 @@ from tests.agent_cluster import ALPHA, wait_until
 from tests.agent_helpers import BETA, GAMMA, SOURCE, import_images, labels_of
 from tests.containerd import Containerd
 
-
 # -- the agent with a real apiserver ----------------------------------------------------------
 
 
@@ -88,7 +87,8 @@ def agents(cluster) -> Iterator[Callable[[Containerd], Agent]]:
 
     def start(runtime: Containerd, max_bytes: int | None = None) -> Agent:
         pinner = Pinner(ImageRecords(runtime.endpoint), SOURCE, max_bytes=max_bytes)
-        agent = Agent(ImageClient(runtime.endpoint, timeout=2.0), Publisher(cluster.api, cluster.node, lease_seconds=60),
+        agent = Agent(ImageClient(runtime.endpoint, timeout=2.0),
+                      Publisher(cluster.api, cluster.node, lease_seconds=60),
                       interval=0.2, exit_after_failures=0, pinner=pinner)
         watcher = needed_images_watcher(cluster.api, SOURCE, lambda cm: (pinner.set_list(cm), agent.wake()))
         watcher.start()
@@ -107,7 +107,7 @@ def agents(cluster) -> Iterator[Callable[[Containerd], Agent]]:
             agent.images.close()
             agent.pinner.records.close()
 
-    start.stop_all = stop_all  # type: ignore[attr-defined]
+    start.stop_all = stop_all  # type: ignore[attr-defined]  # the fixture hands its stopper out on the function
     yield start
     stop_all()
 

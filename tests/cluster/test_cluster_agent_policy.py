@@ -34,11 +34,17 @@ from kubernetes.client.rest import ApiException
 from image_preflight.agent.inventory import CREATE, RENEW
 from image_preflight.agent.publisher import Publisher
 from image_preflight.core.sources.runtime_lists import (
-    GROUP, LEASE_GROUP, LEASE_PLURAL, LEASE_VERSION, PLURAL, VERSION, format_time, lease_object)
+    GROUP,
+    LEASE_GROUP,
+    LEASE_PLURAL,
+    LEASE_VERSION,
+    PLURAL,
+    VERSION,
+    format_time,
+    lease_object,
+)
 from tests.agent_helpers import SAMPLE, T0
 from tests.chart import AGENT_NAMESPACE, API_ONLY, NAMESPACE, RELEASE, helm_binary
-from tests.oci_registry import Registry, publish_as_readme
-from tests.release import VERSION as RELEASED
 from tests.controlplane.cluster import (
     ControlPlane,
     create_node,
@@ -47,6 +53,8 @@ from tests.controlplane.cluster import (
     wait_for,
     write_kubeconfig,
 )
+from tests.oci_registry import Registry, publish_as_readme
+from tests.release import VERSION as RELEASED
 
 NODE_A, NODE_B = "node-a", "node-b"
 AGENT = "image-preflight-agent"
@@ -66,7 +74,8 @@ class Install:
     agent_pod: k8s.V1Pod | None = None  # of the agent's account, on NODE_A, once installed
 
     def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        done = subprocess.run([helm_binary(), *args, "--namespace", NAMESPACE, "--kubeconfig", str(self.plane.kubeconfig)],
+        done = subprocess.run([helm_binary(), *args, "--namespace", NAMESPACE,
+                               "--kubeconfig", str(self.plane.kubeconfig)],
                               capture_output=True, text=True, check=False, timeout=300,
                               env={**os.environ, "HOME": str(self.folder)})
         if check:

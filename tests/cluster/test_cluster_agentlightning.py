@@ -14,13 +14,13 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+from image_preflight.kube.status import status_of
 from tests.agent_lightning import JOB_NAME_PREFIX, MANAGED_BY, TEMPLATE, build_job_spec, example_row, fails_at_once
-from tests.controlplane.cluster import create_node, delete_namespaces, new_namespace, set_node_images, wait_for
-from tests.controlplane.webhook import ServedWebhook
 from tests.builders.stalls import DENIED_PREFIX, ENFORCE_LABEL, containerd_names
 from tests.chart import API_ONLY, apply, merged, secret_values
 from tests.cluster.kube_calls import kr8s_create
-from image_preflight.kube.status import status_of
+from tests.controlplane.cluster import create_node, delete_namespaces, new_namespace, set_node_images, wait_for
+from tests.controlplane.webhook import ServedWebhook
 
 ID = uuid.uuid4().hex[:8]
 NODE_LABEL = {"image-preflight.test/agentlightning": ID}
@@ -81,7 +81,7 @@ def _created(plane, namespace: str, job: dict) -> bool:
 
 
 @pytest.fixture(scope="module")
-def rollouts(control_plane, deployed, tmp_path_factory):  # noqa: F811 - fixtures
+def rollouts(control_plane, deployed, tmp_path_factory):
     """The chart with agentlightningOnly, `serve` deciding, and the nodes; afterwards the
     namespaces and nodes are deleted and the chart applied again as it was."""
     core = control_plane.core()
@@ -210,7 +210,8 @@ def test_a_pod_update_that_drops_the_job_name_label_is_still_decided(control_pla
     with pytest.raises(ApiException) as caught:
         core.patch_namespaced_pod("rollout", namespace, drop_label_and_swap_image)
     assert caught.value.status == 422
-    assert status_of(caught.value)["message"].startswith(DENIED_PREFIX) and MISSING in status_of(caught.value)["message"]
+    message = status_of(caught.value)["message"]
+    assert message.startswith(DENIED_PREFIX) and MISSING in message
     assert core.read_namespaced_pod("rollout", namespace).spec.containers[0].image == HELD
 
     # A Pod that never carried the label: neither its creation nor the same update reaches the webhook.

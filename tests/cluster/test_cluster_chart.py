@@ -69,7 +69,8 @@ def test_helm_install_refuses_a_wrong_value_naming_it_and_installs_nothing(contr
     assert "values don't meet the specifications of the schema" in done.stderr, done.stderr
     assert "/webhook/failurePolicy" in done.stderr or "webhook.failurePolicy" in done.stderr, done.stderr
     assert control_plane.kubectl("get", "validatingwebhookconfigurations,clusterroles", "-o", "name").stdout == before
-    listed = subprocess.run([helm_binary(), "list", "--all-namespaces", "-q", "--kubeconfig", str(control_plane.kubeconfig)],
+    listed = subprocess.run([helm_binary(), "list", "--all-namespaces", "-q",
+                             "--kubeconfig", str(control_plane.kubeconfig)],
                             capture_output=True, text=True, check=True, env={**os.environ, "HOME": str(tmp_path)})
     assert "wrong-value" not in listed.stdout
 

@@ -15,10 +15,10 @@ import uuid
 
 import pytest
 
-from tests.controlplane.cluster import create_node, running_control_plane, set_node_images, wait_for
-from tests.controlplane.webhook import ServedWebhook
 from tests.builders.stalls import containerd_names
 from tests.chart import API_ONLY, apply, merged, secret_values
+from tests.controlplane.cluster import create_node, running_control_plane, set_node_images, wait_for
+from tests.controlplane.webhook import ServedWebhook
 
 GROUP = {"key": "image-preflight.test/group", "value": "faults", "effect": "NoSchedule"}
 LABELS = {"image-preflight.test/group": "faults"}
@@ -91,8 +91,8 @@ def test_decisions_follow_nodes_added_changed_cordoned_and_removed(control_plane
     # A new node counts once the node lifecycle controller has lifted its not-ready taint.
     _follows("node added (and made Ready)", served, lambda: create_node(
         control_plane, "faults-2", images=OTHER, labels=LABELS, taints=[GROUP], wait_ready=False), allowed=False)
-    _follows("images changed", served, lambda: set_node_images(control_plane, "faults-2", [containerd_names(IMAGE, "c")]),
-             allowed=True)
+    _follows("images changed", served,
+             lambda: set_node_images(control_plane, "faults-2", [containerd_names(IMAGE, "c")]), allowed=True)
     _follows("image removed", served, lambda: set_node_images(control_plane, "faults-2", OTHER), allowed=False)
     _follows("node cordoned", served, lambda: core.patch_node("faults-2", {"spec": {"unschedulable": True}}),
              allowed=True)

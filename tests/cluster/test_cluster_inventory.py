@@ -12,10 +12,10 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from tests.controlplane.cluster import kubelet_configz
 from image_preflight.cli import main
 from image_preflight.core.sources.node_status import CAP_ANNOTATION
 from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION
+from tests.controlplane.cluster import kubelet_configz
 
 NODEIMAGES = (GROUP, VERSION, PLURAL)
 

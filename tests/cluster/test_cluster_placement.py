@@ -11,14 +11,13 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from tests.controlplane.cluster import create_node, wait_for
-from tests.controlplane.webhook import ServedWebhook
-from tests.builders.stalls import DENIED_PREFIX, ENFORCE_LABEL, containerd_names
-from tests.controlplane.cluster import new_namespace
 from image_preflight.core.decide.decision import ALLOW, DENY, decide
 from image_preflight.core.decide.runtime_classes import runtime_class_from_object
-from image_preflight.core.sources.snapshots import load_snapshot
 from image_preflight.core.decide.workloads import pod_spec_of
+from image_preflight.core.sources.snapshots import load_snapshot
+from tests.builders.stalls import DENIED_PREFIX, ENFORCE_LABEL, containerd_names
+from tests.controlplane.cluster import create_node, new_namespace, wait_for
+from tests.controlplane.webhook import ServedWebhook
 
 ID = uuid.uuid4().hex[:6]
 POOL = {"image-preflight.test/pool": ID}
@@ -37,7 +36,7 @@ def _node(role: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(control_plane, deployed, tmp_path_factory):  # noqa: F811 - fixture
+def cluster(control_plane, deployed, tmp_path_factory):
     """Five nodes of one pool, a RuntimeClass for the sandbox node, and `serve` deciding."""
     core = control_plane.core()
     node_v1 = k8s.NodeV1Api(core.api_client)
@@ -55,7 +54,8 @@ def cluster(control_plane, deployed, tmp_path_factory):  # noqa: F811 - fixture
                        "tolerations": [{"key": SANDBOX_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}]},
     })
     folder = tmp_path_factory.mktemp("placement")
-    kubeconfig = control_plane.service_account_kubeconfig("image-preflight", "image-preflight", folder / "sa.kubeconfig")
+    kubeconfig = control_plane.service_account_kubeconfig("image-preflight", "image-preflight",
+                                                          folder / "sa.kubeconfig")
     served = ServedWebhook(control_plane, deployed, kubeconfig, folder / "serve.log")
     served.start()
     namespace = new_namespace(control_plane, ENFORCE_LABEL)

@@ -83,7 +83,8 @@ class Stolen:
     def guarded(self) -> bool:
         """Whether the policy is in the admission chain: it refuses the watchdog's own patch outside."""
         fail = {"spec": {"activeDeadlineSeconds": 0}}
-        return _answer(lambda: self.batch.patch_namespaced_job("target", self.outside, fail, dry_run="All")) != "admitted"
+        return _answer(lambda: self.batch.patch_namespaced_job("target", self.outside, fail,
+                                                               dry_run="All")) != "admitted"
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +138,8 @@ def test_a_stolen_watchdog_token_changes_nothing_of_a_job_but_what_the_watchdog_
     """Each change the apiserver accepts from an admin, refused from the watchdog's token."""
     name = f"target-{uuid.uuid4().hex[:6]}"
     guarded.job(Stolen.suspended(name))
-    assert _answer(lambda: guarded.admin.patch_namespaced_job(name, guarded.checked, change, dry_run="All")) == "admitted"
+    assert _answer(lambda: guarded.admin.patch_namespaced_job(name, guarded.checked, change,
+                                                              dry_run="All")) == "admitted"
     said = _answer(lambda: guarded.batch.patch_namespaced_job(name, guarded.checked, change, dry_run="All"))
     assert said.startswith("403 ") and REFUSED_JOB_CHANGE in said, said  # reason Forbidden
 
@@ -154,7 +156,9 @@ def test_the_watchdogs_own_patch_is_admitted_and_fails_the_job(guarded, deadline
         del manifest["spec"]["activeDeadlineSeconds"]
     guarded.job(manifest)
     content = {"action": "failed" if mode == job_failure.ENFORCE else "audited", "reason": "ErrImageNeverPull"}
-    read = lambda api: api.api_client.sanitize_for_serialization(api.read_namespaced_job(name, guarded.checked))  # noqa: E731
+
+    def read(api):
+        return api.api_client.sanitize_for_serialization(api.read_namespaced_job(name, guarded.checked))
 
     def patched() -> str:
         patch = job_failure.job_patch(read(guarded.batch), mode, content)
@@ -177,7 +181,8 @@ def test_the_watchdogs_token_writes_only_where_the_webhook_checks_and_only_its_o
         lambda: guarded.batch.patch_namespaced_job("target", guarded.outside, fail, dry_run="All"))
     job = guarded.job(Stolen.suspended(f"probed-{uuid.uuid4().hex[:6]}"))
     probe = job_failure.probe_pod(job)
-    assert "creates Pods only as dry runs" in _answer(lambda: guarded.core.create_namespaced_pod(guarded.checked, probe))
+    assert "creates Pods only as dry runs" in _answer(
+        lambda: guarded.core.create_namespaced_pod(guarded.checked, probe))
     assert _answer(lambda: guarded.core.create_namespaced_pod(guarded.checked, probe, dry_run="All")) == "admitted"
     # Pods elsewhere, kube-system among them, are refused even as dry runs.
     assert "not in kube-system" in _answer(lambda: guarded.core.create_namespaced_pod(

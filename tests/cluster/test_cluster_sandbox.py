@@ -19,13 +19,15 @@ from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, r
 from image_preflight.core.watchdog import job_failure
 from tests.builders.stalls import (
     ENFORCE_LABEL,
-    SANDBOX_IMAGE as PAUSE,
     SANDBOX_MESSAGES,
     failed_condition,
     job_manifest,
     kubelet_event,
 )
-from tests.cluster.watchdog_process import BOUND_S, FakeKubelet, GRACE_S, Watchdog
+from tests.builders.stalls import (
+    SANDBOX_IMAGE as PAUSE,
+)
+from tests.cluster.watchdog_process import BOUND_S, GRACE_S, FakeKubelet, Watchdog
 from tests.controlplane.cluster import create_node, delete_namespaces, new_namespace, wait_for
 
 

@@ -15,11 +15,10 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 from image_preflight.core.admission.steering import STEERED_TO
-from tests.controlplane.cluster import create_node, delete_namespaces, open_nodes, wait_for
-from tests.controlplane.webhook import ServedWebhook
 from tests.builders.stalls import DENIED_PREFIX, ENFORCE_LABEL, containerd_names, job_manifest
 from tests.chart import API_ONLY, apply, merged, secret_values
-from tests.controlplane.cluster import new_namespace
+from tests.controlplane.cluster import create_node, delete_namespaces, new_namespace, open_nodes, wait_for
+from tests.controlplane.webhook import ServedWebhook
 
 ID = uuid.uuid4().hex[:8]
 NODES = tuple(f"steer-{n}-{ID}" for n in "abc")
@@ -31,18 +30,19 @@ PODS = 5
 
 
 @pytest.fixture(scope="module")
-def steered(control_plane, deployed, tmp_path_factory):  # noqa: F811 - fixtures
+def steered(control_plane, deployed, tmp_path_factory):
     folder = tmp_path_factory.mktemp("steering")
     values = merged(API_ONLY, secret_values(deployed))
     core = control_plane.core()
-    kubeconfig = control_plane.service_account_kubeconfig("image-preflight", "image-preflight", folder / "sa.kubeconfig")
+    kubeconfig = control_plane.service_account_kubeconfig("image-preflight", "image-preflight",
+                                                          folder / "sa.kubeconfig")
     served = ServedWebhook(control_plane, deployed, kubeconfig, folder / "serve.log", "--steer")
     namespaces: list[str] = []
     try:
         images = {NODES[0]: [ON_ONE, ON_TWO, ON_ALL], NODES[1]: [ON_TWO, ON_ALL], NODES[2]: [ON_ALL]}
         for name, held in images.items():
-            create_node(control_plane, name, images=[containerd_names(image, "abcdef"[i]) for i, image in enumerate(held)],
-                        taints=[])
+            create_node(control_plane, name,
+                        images=[containerd_names(image, "abcdef"[i]) for i, image in enumerate(held)], taints=[])
         apply(control_plane, merged(values, {"webhook": {"steering": {"enabled": True}}}))
         served.start()
         namespace = new_namespace(control_plane, ENFORCE_LABEL)

@@ -30,8 +30,6 @@ from image_preflight.core.watchdog import job_failure
 from image_preflight.core.watchdog.stalls import Stalls
 from image_preflight.kube.client import api_client
 from image_preflight.watchdog.actions import Actions
-from tests.controlplane.cluster import create_node, delete_namespaces, new_namespace, set_node_images, wait_for
-from tests.controlplane.webhook import ServedWebhook
 from tests.builders.stalls import (
     DENIED_PREFIX,
     ENFORCE_LABEL,
@@ -42,7 +40,9 @@ from tests.builders.stalls import (
     kubelet_event,
 )
 from tests.chart import render
-from tests.cluster.watchdog_process import BOUND_S, FakeKubelet, GRACE_S, Watchdog
+from tests.cluster.watchdog_process import BOUND_S, GRACE_S, FakeKubelet, Watchdog
+from tests.controlplane.cluster import create_node, delete_namespaces, new_namespace, set_node_images, wait_for
+from tests.controlplane.webhook import ServedWebhook
 
 ID = uuid.uuid4().hex[:8]
 NODE = f"wd-cpu-{ID}"
@@ -101,7 +101,7 @@ def never_pull_message(image: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def cluster(control_plane, deployed, tmp_path_factory):  # noqa: F811 - fixtures
+def cluster(control_plane, deployed, tmp_path_factory):
     """The chart applied (the watchdog's ServiceAccount and role among its objects), `serve` and
     `watchdog` running with their ServiceAccounts, one untainted node holding HELD and LATER."""
     folder = tmp_path_factory.mktemp("watchdog")
@@ -215,7 +215,8 @@ def test_recovered_pods_and_always_images_are_left_alone(cluster):
     time.sleep(GRACE_S * 2 + 2)
     for name in ("recovers", "always"):
         job = cluster.read_job(namespace, name)
-        assert failed_condition(job) is None and job_failure.ANNOTATION not in (job["metadata"].get("annotations") or {})
+        assert failed_condition(job) is None
+        assert job_failure.ANNOTATION not in (job["metadata"].get("annotations") or {})
         assert [e for e in cluster.events(namespace, "Job", name) if e.reason == job_failure.EVENT_REASON] == []
     assert [x for x in cluster.watchdog.lines() if x.get("namespace") == namespace] == []
 
@@ -379,7 +380,8 @@ def test_forged_failed_create_events_fail_no_job_from_another_namespace_or_uncon
     assert any(f"names Job {victims}/victim, in another namespace" in d for d in ignored), ignored
     assert any("says it comes from mallory, not from the job-controller" in d for d in ignored), ignored
     handled = [x for x in cluster.watchdog.lines() if x.get("job") == "victim"]
-    assert {(x["action"], x["detail"]) for x in handled} == {("skipped", "not confirmed: a dry run of its Pod is admitted now")}
+    assert {(x["action"], x["detail"]) for x in handled} == {
+        ("skipped", "not confirmed: a dry run of its Pod is admitted now")}
 
 
 def _left_alone(cluster, namespace: str, name: str) -> dict:

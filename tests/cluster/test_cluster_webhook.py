@@ -13,13 +13,13 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from tests.controlplane.cluster import KUBELET_PORT, create_node, new_namespace, open_nodes, wait_for
-from tests.controlplane.webhook import ServedWebhook
+from image_preflight.core.decide.scheduling import NodeTraits, PodPlacement, unschedulable_reason
+from image_preflight.kube.status import status_of
 from tests.builders.stalls import DENIED_PREFIX, ENFORCE_LABEL, WEBHOOK, containerd_names, job_manifest
 from tests.chart import AGENT_NAMESPACE, API_ONLY, apply, merged, secret_values
-from image_preflight.kube.status import status_of
-from image_preflight.core.decide.scheduling import NodeTraits, PodPlacement, unschedulable_reason
 from tests.cluster.kube_calls import kr8s_create
+from tests.controlplane.cluster import KUBELET_PORT, create_node, new_namespace, open_nodes, wait_for
+from tests.controlplane.webhook import ServedWebhook
 
 HELD = "swe-smith/task-held:openai"
 HELD_ON_ONE = "swe-smith/task-partial:openai"
@@ -32,7 +32,8 @@ def nodes(control_plane):
     # The rollout nodes: untainted, like the CPU nodes agent-lightning's template lands on. Deleted
     # afterwards: any Pod without a selector would land on them in later modules.
     yield [
-        create_node(control_plane, NODES[0], images=[containerd_names(HELD, "a"), containerd_names(HELD_ON_ONE, "b")], taints=[]),
+        create_node(control_plane, NODES[0], images=[containerd_names(HELD, "a"), containerd_names(HELD_ON_ONE, "b")],
+                    taints=[]),
         create_node(control_plane, NODES[1], images=[containerd_names(HELD, "a")], taints=[]),
     ]
     for name in NODES:
@@ -51,7 +52,8 @@ def webhook(control_plane, deployed, nodes, tmp_path_factory):
     try:
         wait_for(lambda: _dry_run_denied(control_plane, namespace), "the apiserver calls the webhook", timeout_s=60)
     except AssertionError as exc:
-        raise AssertionError(f"{exc}\nserve:\n{served.tail()}\nkube-apiserver:\n{control_plane.apiserver.tail()}") from None
+        raise AssertionError(f"{exc}\nserve:\n{served.tail()}\n"
+                             f"kube-apiserver:\n{control_plane.apiserver.tail()}") from None
     yield served
     served.stop()
 

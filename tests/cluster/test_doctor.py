@@ -14,7 +14,11 @@ import time
 import pytest
 from kubernetes import client as k8s
 
+from image_preflight.cli import main
+from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time
+from image_preflight.doctor.gc import grant_proxy
 from tests.builders.stalls import ENFORCE_LABEL
+from tests.chart import API_ONLY, NAMESPACE, SERVICE, apply, merged, render, secret_values
 from tests.controlplane.cluster import (
     create_node,
     kubelet_configz,
@@ -23,10 +27,6 @@ from tests.controlplane.cluster import (
     wait_for,
 )
 from tests.controlplane.webhook import ServedWebhook
-from tests.chart import API_ONLY, NAMESPACE, SERVICE, apply, merged, render, secret_values
-from image_preflight.cli import main
-from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time
-from image_preflight.doctor.gc import grant_proxy
 
 ROLLOUTS = "rollouts"
 FILLER = [[f"docker.io/library/filler-{n}:v1"] for n in range(60)]
@@ -39,7 +39,7 @@ def _apply_chart(plane, webhook_certs) -> None:
 
 
 @pytest.fixture(scope="module")
-def plane(tmp_path_factory, webhook_certs):  # noqa: F811 - fixture
+def plane(tmp_path_factory, webhook_certs):
     """A cluster of this module's own: the doctor reads every node and namespace in it."""
     with running_control_plane(tmp_path_factory.mktemp("doctor-controlplane")) as started:
         _apply_chart(started, webhook_certs)
@@ -52,7 +52,7 @@ def plane(tmp_path_factory, webhook_certs):  # noqa: F811 - fixture
 
 
 @pytest.fixture(scope="module")
-def served(plane, webhook_certs, tmp_path_factory):  # noqa: F811 - fixture
+def served(plane, webhook_certs, tmp_path_factory):
     folder = tmp_path_factory.mktemp("doctor")
     kubeconfig = plane.service_account_kubeconfig("image-preflight", "image-preflight", folder / "sa.kubeconfig")
     webhook = ServedWebhook(plane, webhook_certs, kubeconfig, folder / "serve.log")
@@ -246,7 +246,7 @@ def test_a_ca_bundle_that_does_not_verify_the_served_certificate(plane, served, 
     wait_for(lambda: doctor(plane, served, capsys)[0] == 0, "healthy again once restored", timeout_s=30)
 
 
-def test_no_webhook_configuration(plane, served, capsys, webhook_certs):  # noqa: F811 - fixture
+def test_no_webhook_configuration(plane, served, capsys, webhook_certs):
     admission = k8s.AdmissionregistrationV1Api(plane.core().api_client)
     admission.delete_validating_webhook_configuration("image-preflight")
     try:
@@ -261,7 +261,7 @@ def test_no_webhook_configuration(plane, served, capsys, webhook_certs):  # noqa
 
 
 def test_the_write_policies_of_the_agent_and_the_watchdog_each_with_the_upgrade_that_restores_them(
-        plane, served, capsys, webhook_certs):  # noqa: F811 - fixture
+        plane, served, capsys, webhook_certs):
     code, lines = doctor(plane, served, capsys)
     for name, face in (("image-preflight-agent-own-node", "the node agent"),
                        ("image-preflight-watchdog-writes", "the watchdog")):
@@ -282,8 +282,10 @@ def test_the_write_policies_of_the_agent_and_the_watchdog_each_with_the_upgrade_
         "problem: the node agent's writes are unguarded: ValidatingAdmissionPolicyBinding "
         "image-preflight-agent-own-node has validationActions [Warn], without Deny, so any agent's token may write "
         "every node's NodeImages; fix: helm upgrade image-preflight "
-        "deploy/chart/image-preflight --namespace image-preflight --reuse-values --set agent.nodeRestriction.enabled=true",
-        "problem: the watchdog's writes are unguarded: ValidatingAdmissionPolicyBinding image-preflight-watchdog-writes "
+        "deploy/chart/image-preflight --namespace image-preflight --reuse-values "
+        "--set agent.nodeRestriction.enabled=true",
+        "problem: the watchdog's writes are unguarded: "
+        "ValidatingAdmissionPolicyBinding image-preflight-watchdog-writes "
         "does not exist, so its token may patch any Job and create Pods in any namespace (and it does not start); "
         "fix: helm upgrade image-preflight deploy/chart/image-preflight "
         "--namespace image-preflight --reuse-values"]
@@ -303,10 +305,11 @@ def test_a_write_policy_is_judged_only_where_its_face_is_installed_or_cannot_be_
     (unread,) = write_policy(agent, True, "validatingadmissionpolicies.admissionregistration.k8s.io x: HTTP 403", "ns")
     assert unread.status == SKIPPED and "HTTP 403" in unread.text
     (missing,) = write_policy(agent, True, (None, None), "ns")
-    assert missing.status == PROBLEM and "ValidatingAdmissionPolicy image-preflight-agent-own-node does not exist" in missing.text
+    assert missing.status == PROBLEM
+    assert "ValidatingAdmissionPolicy image-preflight-agent-own-node does not exist" in missing.text
     assert missing.fix.startswith("helm upgrade image-preflight deploy/chart/image-preflight --namespace ns ")
-    (elsewhere,) = write_policy(watchdog, True, (policy, {"spec": {"policyName": "other", "validationActions": ["Deny"]}}),
-                                "ns")
+    (elsewhere,) = write_policy(watchdog, True,
+                                (policy, {"spec": {"policyName": "other", "validationActions": ["Deny"]}}), "ns")
     assert "binds policy other, not image-preflight-watchdog-writes" in elsewhere.text
 
 
@@ -606,7 +609,8 @@ def test_needed_images_not_pinned_are_named_with_the_fix_for_how_the_agent_runs(
     assert line.endswith("fix: kubectl -n image-preflight-agent logs ds/image-preflight-agent")
     assert _lines(_gc({}, _summary(10), _agent("cpu-1", ALL_PINNED)), "ok")[0] == (
         "ok: node cpu-1: the 4 needed image(s) it holds are pinned")
-    assert _lines(_gc({}, _summary(10), _agent("cpu-1", {})), "ok")[0] == "ok: node cpu-1: holds none of the needed images"
+    assert _lines(_gc({}, _summary(10), _agent("cpu-1", {})), "ok")[0] == (
+        "ok: node cpu-1: holds none of the needed images")
 
 
 def test_a_runtime_that_cannot_pin_is_one_problem_with_the_upgrade():
@@ -673,8 +677,9 @@ def test_an_unreadable_summary_still_tells_the_settings_and_the_maximum_age():
 
     found = _gc({"imageMaximumGCAge": "30m0s"}, KubeletUnread(404, "HTTP 404 Not Found"), _agent("cpu-1", TWO_UNPINNED))
     texts = _lines(found)
-    assert ("skipped: node cpu-1: its image filesystem's use (imageGCHighThresholdPercent 85, imageGCLowThresholdPercent "
-            "80, imageMinimumGCAge 2m0s, imageMaximumGCAge 30m0s; stats/summary: HTTP 404 Not Found)") in texts
+    assert ("skipped: node cpu-1: its image filesystem's use (imageGCHighThresholdPercent 85, "
+            "imageGCLowThresholdPercent 80, imageMinimumGCAge 2m0s, imageMaximumGCAge 30m0s; "
+            "stats/summary: HTTP 404 Not Found)") in texts
     assert any(line.startswith("problem: node cpu-1: imageMaximumGCAge 30m0s") for line in texts)
 
 
@@ -715,7 +720,8 @@ def test_many_nodes_that_read_the_same_and_need_nothing_done_are_one_line_and_pr
     from image_preflight.doctor.findings import NODES_LISTED, OK, PROBLEM, SKIPPED, Finding, summarized
 
     many = NODES_LISTED + 1
-    unread = [Finding(SKIPPED, f"node cpu-{i}: its kubelet's image GC settings (configz: HTTP 503)") for i in range(many)]
+    unread = [Finding(SKIPPED, f"node cpu-{i}: its kubelet's image GC settings (configz: HTTP 503)")
+              for i in range(many)]
     broken = [Finding(PROBLEM, f"node cpu-{i}: image filesystem 90% used", "grow it") for i in range(many)]
     few = [Finding(OK, f"node gpu-{i}: holds none of the needed images") for i in range(NODES_LISTED)]
     counted = [Finding(OK, f"node big-{i}: complete list ({4_990 + i:,} names, 1 ID)") for i in range(many)]

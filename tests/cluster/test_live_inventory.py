@@ -11,18 +11,18 @@ from typing import Callable, Iterator
 
 import pytest
 
-from tests.controlplane.cluster import PARKED, set_node_images
-from tests.fake_apiserver import write_kubeconfig
-from tests.builders.inventories import NOW
-from tests.builders.reviews import ABSENT, EXAMPLE_NODES, HELD, missing_job_review, pod_spec, review, workload
-from tests.serving import wait_until
 from image_preflight.core.admission.body import parse_review
 from image_preflight.core.admission.review import admit
 from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.inventory import NodeImages
-from image_preflight.webhook.live_inventory import LiveInventory
 from image_preflight.kube.nodes import node_watcher
 from image_preflight.kube.watch import ResourceWatcher
+from image_preflight.webhook.live_inventory import LiveInventory
+from tests.builders.inventories import NOW
+from tests.builders.reviews import ABSENT, EXAMPLE_NODES, HELD, missing_job_review, pod_spec, review, workload
+from tests.controlplane.cluster import PARKED, set_node_images
+from tests.fake_apiserver import write_kubeconfig
+from tests.serving import wait_until
 
 # The reviewed workloads may land on this test's nodes, which carry the PARKED taint.
 TOLERATIONS = [{"key": PARKED["key"], "operator": "Exists"}]
@@ -37,7 +37,8 @@ def image_names(*images: str, filler: int = 0) -> list[list[str]]:
 
 def api_node(name: str, *images: str, pool: str = "cpu", taints: list | None = None, filler: int = 0) -> dict:
     """A Node as the kubelet reports it: one entry per image, largest first, fully qualified names."""
-    entries = [{"names": names, "sizeBytes": 3_000_000_000 - i} for i, names in enumerate(image_names(*images, filler=filler))]
+    entries = [{"names": names, "sizeBytes": 3_000_000_000 - i}
+               for i, names in enumerate(image_names(*images, filler=filler))]
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -209,7 +210,9 @@ def test_runtime_classes_from_the_watch_follow_creates_updates_and_deletes(contr
     watcher = runtime_class_watcher(api_client, live, backoff_initial=0.01, backoff_max=0.1)
     watcher.start()
     try:
-        selector = lambda: (c := live.current.runtime_classes.get(name)) and dict(c.node_selector)  # noqa: E731
+        def selector():
+            return (c := live.current.runtime_classes.get(name)) and dict(c.node_selector)
+
         node_v1.create_runtime_class({"metadata": {"name": name, "labels": case.labels}, "handler": "runsc",
                                       "scheduling": {"nodeSelector": {"runtime": "gvisor"}}})
         wait_until(lambda: selector() == {"runtime": "gvisor"}, "the created RuntimeClass is seen")
@@ -293,7 +296,7 @@ def restarts_counted(webhook) -> bool:
     return 'image_preflight_watch_restarts_total{reason="error"}' in webhook.metrics()
 
 
-def test_serve_with_a_kubeconfig_denies_once_the_node_appears(fake_apiserver, start_webhook, tmp_path):  # noqa: F811 - fixture
+def test_serve_with_a_kubeconfig_denies_once_the_node_appears(fake_apiserver, start_webhook, tmp_path):
     kubeconfig = write_kubeconfig(fake_apiserver, tmp_path / "kubeconfig")
     fake_apiserver.fail_next(10**9, status=503)
     webhook = start_webhook("--kubeconfig", str(kubeconfig))
@@ -326,7 +329,7 @@ def test_serve_with_a_kubeconfig_denies_once_the_node_appears(fake_apiserver, st
 
 
 def test_serve_with_a_kubeconfig_is_unready_while_the_watch_is_silent(
-    fake_apiserver, start_webhook, tmp_path  # noqa: F811 - fixture
+    fake_apiserver, start_webhook, tmp_path
 ):
     fake_apiserver.put_object("nodes", api_node("cpu-1", HELD))
     kubeconfig = write_kubeconfig(fake_apiserver, tmp_path / "kubeconfig")

@@ -22,12 +22,8 @@ from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
 import image_preflight
-from image_preflight.core.watchdog import job_failure
 from image_preflight.core.sources.node_status import CAP_ANNOTATION
-from tests.controlplane.cluster import create_node, wait_for
-from tests.needs import record_figures
-from tests.node.images import PAUSE_NAME, swe_smith_image
-from tests.node.real_node import NODE_NAME
+from image_preflight.core.watchdog import job_failure
 from tests.cluster.real_stack import (
     ABSENT,
     DENIED,
@@ -42,6 +38,10 @@ from tests.cluster.real_stack import (
     running_agent,
     stuck_job_fails,
 )
+from tests.controlplane.cluster import create_node, wait_for
+from tests.needs import record_figures
+from tests.node.images import PAUSE_NAME, swe_smith_image
+from tests.node.real_node import NODE_NAME
 
 FIGURES: dict[str, float] = {}
 

@@ -21,12 +21,12 @@ import pytest
 
 from image_preflight.core.watchdog import job_failure
 from tests.agent_lightning import TEMPLATE, VENV, example_row, require_agent_lightning
-from tests.controlplane.cluster import free_port, terminate, wait_for
-from tests.needs import record_figures
-from tests.chart import merged
-from tests.cluster.real_stack import ABSENT, DENIED, GRACE_S, HELD, apply_without_pods
 from tests.builders.rows import example_row_id
 from tests.builders.stalls import ENFORCE_LABEL
+from tests.chart import merged
+from tests.cluster.real_stack import ABSENT, DENIED, GRACE_S, HELD, apply_without_pods
+from tests.controlplane.cluster import free_port, terminate, wait_for
+from tests.needs import record_figures
 
 KEY = "dummy"  # run.sh's AGL_KEY default
 POLL_S = 5.0  # agl-controller's k8s_runner.poll_interval default, as run.sh leaves it
@@ -109,14 +109,14 @@ class AgentLightning:
 
     def wait_state(self, rollout_id: str, states: set[str], timeout_s: float) -> dict:
         try:
-            return wait_for(lambda: (s := self.status(rollout_id))["state"] in states and s, f"rollout {rollout_id} in {states}",
-                            timeout_s=timeout_s, interval_s=0.1)
+            return wait_for(lambda: (s := self.status(rollout_id))["state"] in states and s,
+                            f"rollout {rollout_id} in {states}", timeout_s=timeout_s, interval_s=0.1)
         except AssertionError as exc:
             raise AssertionError(f"{exc}: {self.status(rollout_id)}\n{self.tail()}") from None
 
 
 @pytest.fixture(scope="module")
-def agl(stack, tmp_path_factory):  # noqa: F811 - fixture
+def agl(stack, tmp_path_factory):
     require_agent_lightning()
     namespace = stack.namespace()  # opted in, with the template's ConfigMap
     started = AgentLightning(stack, namespace, tmp_path_factory.mktemp("agent-lightning"))
@@ -129,12 +129,14 @@ def agl(stack, tmp_path_factory):  # noqa: F811 - fixture
 
 
 def _jobs(agl) -> list:
-    return agl.stack.batch.list_namespaced_job(agl.namespace, label_selector="app.kubernetes.io/managed-by=agentlightning").items
+    return agl.stack.batch.list_namespaced_job(
+        agl.namespace, label_selector="app.kubernetes.io/managed-by=agentlightning").items
 
 
 def _jobs_of(agl, rollout: str) -> list:
     """The rollout's Jobs, by agent-lightning's label (its status may no longer name the Job)."""
-    return agl.stack.batch.list_namespaced_job(agl.namespace, label_selector=f"agentlightning/rollout-id={rollout}").items
+    return agl.stack.batch.list_namespaced_job(
+        agl.namespace, label_selector=f"agentlightning/rollout-id={rollout}").items
 
 
 def test_a_held_image_runs_on_the_real_node_and_the_rollout_succeeds(agl):

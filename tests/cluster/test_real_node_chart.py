@@ -39,7 +39,7 @@ from tests.node.installed import (
     ROLLOUTS,
     AdmissionStream,
     held_images,
-    installed,
+    installed,  # noqa: F401 - a fixture: the tests below ask for it by name
     message,
     ready,
     served_serial,
@@ -121,7 +121,7 @@ def test_the_quickstart_installs_checks_filters_and_pins(installed):  # noqa: F8
                        str(installed.clone / "filtered" / "val_dataset_filtered.jsonl")]
 
 
-def test_what_the_controller_submits_of_the_filtered_rows_is_admitted_and_of_the_dropped_rows_denied(installed):  # noqa: F811
+def test_what_the_controller_submits_of_the_filtered_rows_is_admitted_and_of_the_dropped_rows_denied(installed):  # noqa: F811 - fixture
     """The Jobs agent-lightning's own build_job_spec renders for every row the trainer was started
     with are admitted; every row the scan dropped is denied with the word that fails its rollout."""
     batch = k8s.BatchV1Api(installed.plane.api_client())
@@ -157,7 +157,7 @@ def test_a_held_image_rollout_runs_to_completion(installed):  # noqa: F811 - fix
 # --- the Pods ----------------------------------------------------------------------------------------
 
 
-def test_every_pod_runs_the_built_image_ready_as_its_non_root_user_on_a_read_only_root(installed):  # noqa: F811
+def test_every_pod_runs_the_built_image_ready_as_its_non_root_user_on_a_read_only_root(installed):  # noqa: F811 - fixture
     pods = [p for p in installed.core.list_namespaced_pod(NAMESPACE).items
             + installed.core.list_namespaced_pod(AGENT_NAMESPACE).items
             if not p.metadata.deletion_timestamp and p.metadata.labels.get("app.kubernetes.io/component") != "test"]
@@ -207,7 +207,7 @@ def test_the_pods_use_their_service_account_tokens_and_are_never_refused(install
 # --- through the Service ------------------------------------------------------------------------------
 
 
-def test_a_rollout_job_is_denied_and_a_held_one_admitted_by_the_pods_through_the_service(installed):  # noqa: F811
+def test_a_rollout_job_is_denied_and_a_held_one_admitted_by_the_pods_through_the_service(installed):  # noqa: F811 - fixture
     namespace = installed.namespace()
     batch = k8s.BatchV1Api(installed.plane.api_client())
     with pytest.raises(k8s.ApiException) as denied:
@@ -217,7 +217,8 @@ def test_a_rollout_job_is_denied_and_a_held_one_admitted_by_the_pods_through_the
     # The apiserver dialed the Service's ClusterIP (once, keeping the connection); a replica's own
     # log holds the verdict.
     assert installed.service_address() in installed.plane.network.dialed
-    wait_for(lambda: any(ABSENT.split(":")[0] in pod_logs(installed, p.metadata.name) for p in installed.webhook_pods()),
+    wait_for(lambda: any(ABSENT.split(":")[0] in pod_logs(installed, p.metadata.name)
+                         for p in installed.webhook_pods()),
              "a replica logged the denial", timeout_s=30, interval_s=1)
 
 
@@ -246,14 +247,16 @@ def test_the_agent_pod_publishes_the_nodes_images_and_pins_the_needed_ones(insta
 
 def _agent_token(installed, *, bound: bool) -> k8s.ApiClient:  # noqa: F811 - the fixture's value
     """A token of the agent's ServiceAccount: bound to its Pod on the real node, or to nothing."""
-    (pod,) = installed.core.list_namespaced_pod(AGENT_NAMESPACE, label_selector="app.kubernetes.io/name=image-preflight-agent").items
+    (pod,) = installed.core.list_namespaced_pod(
+        AGENT_NAMESPACE, label_selector="app.kubernetes.io/name=image-preflight-agent").items
     spec = k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=600, bound_object_ref=k8s.V1BoundObjectReference(
         api_version="v1", kind="Pod", name=pod.metadata.name, uid=pod.metadata.uid) if bound else None)
     token = installed.core.create_namespaced_service_account_token(
         "image-preflight-agent", AGENT_NAMESPACE, k8s.AuthenticationV1TokenRequest(spec=spec)).status.token
     path = installed.home / f"agent-{'bound' if bound else 'unbound'}.kubeconfig"
     plane = installed.plane
-    return plane.api_client(write_kubeconfig(path, kubeconfig_document(plane.url, plane.ca.cert_path, {"token": token})))
+    return plane.api_client(write_kubeconfig(path, kubeconfig_document(plane.url, plane.ca.cert_path,
+                                                                       {"token": token})))
 
 
 def _node_images(name: str) -> dict:
@@ -280,7 +283,8 @@ def test_an_agent_token_bound_to_one_node_cannot_write_another_nodes_list(instal
     other = admin.create_cluster_custom_object(*NODEIMAGES, _node_images(GPU_NODE))
     try:
         with pytest.raises(k8s.ApiException) as refused:
-            custom.replace_cluster_custom_object(*NODEIMAGES, GPU_NODE, {**other, "spec": {**other["spec"], "images": []}})
+            custom.replace_cluster_custom_object(*NODEIMAGES, GPU_NODE,
+                                                 {**other, "spec": {**other["spec"], "images": []}})
         assert refused.value.status == 403 and "may write only NodeImages" in message(refused.value)
         # A patch or a delete is refused by RBAC before admission: the agent's role grants neither.
         with pytest.raises(k8s.ApiException) as refused:
@@ -415,7 +419,8 @@ def test_the_agents_switched_to_hashed_lists_under_a_stream_wrongly_admit_and_de
                       "--set", "agent.listForm=hashes", "--wait")
             wait_for(lambda: "imageHashes" in (published(held) or {}).get("spec", {}),
                      "the new agent publishes the hashed list", timeout_s=120, interval_s=0.5)
-            after = {p.metadata.name for p in held.core.list_namespaced_pod(AGENT_NAMESPACE, label_selector=agents).items}
+            after = {p.metadata.name
+                     for p in held.core.list_namespaced_pod(AGENT_NAMESPACE, label_selector=agents).items}
             assert after and not before & after  # the DaemonSet rolled its Pod
             creations.wait_more()
         creations.assert_every_answer_right()
@@ -551,14 +556,16 @@ def _list_leased_for(seconds: int) -> dict:
 
 def _admits(installation, obj: dict) -> bool:
     try:
-        k8s.CustomObjectsApi(installation.plane.api_client()).create_cluster_custom_object(*NODEIMAGES, obj, dry_run="All")
+        k8s.CustomObjectsApi(installation.plane.api_client()).create_cluster_custom_object(*NODEIMAGES, obj,
+                                                                                          dry_run="All")
     except k8s.ApiException as exc:
         assert exc.status == 422, exc.body
         return False
     return True
 
 
-def test_an_upgrade_from_the_previous_release_under_a_stream_fails_none_and_brings_the_crds_rules(failing_closed, tmp_path):
+def test_an_upgrade_from_the_previous_release_under_a_stream_fails_none_and_brings_the_crds_rules(
+        failing_closed, tmp_path):
     """The chart's README, "Upgrading": 0.1.0 installed, then `helm upgrade --take-ownership` to
     this chart while Jobs stream in (failurePolicy Fail, so a call no replica answers fails its
     creation), then uninstalled. Both releases run this build's image from the page's registry:

@@ -23,12 +23,12 @@ import pytest
 
 from image_preflight.core.image_gc.pinning import MARK_LABEL, NEEDED_NAME, NEEDED_NAMESPACE, PINNED_LABEL, PINNED_VALUE
 from tests.agent_lightning import TEMPLATE, example_row
+from tests.builders.rows import example_row_id
+from tests.cluster.real_stack import delete_node_images, doctor, job_name, node_images, running_agent, stuck_job_fails
 from tests.controlplane.cluster import wait_for
 from tests.needs import record_figures
 from tests.node.images import PAUSE_NAME, swe_smith_image
 from tests.node.real_node import NODE_NAME
-from tests.cluster.real_stack import delete_node_images, doctor, job_name, node_images, running_agent, stuck_job_fails
-from tests.builders.rows import example_row_id
 
 SOURCE = f"{NEEDED_NAMESPACE}/{NEEDED_NAME}"
 RUN = uuid.uuid4().hex

@@ -11,7 +11,7 @@ STUB_LINES = """\
 time="2026-12-01T10:59:44.866753239Z" level=debug msg=resolving host="127.0.0.1:36333" method=HEAD url="https://127.0.0.1:36333/v2/jyangballin/absent/manifests/openai?ns=docker.io"
 time="2026-12-01T10:59:44.868915033Z" level=info msg="trying next host" error="failed to do request: Head \\"https://127.0.0.1:36333/v2/jyangballin/absent/manifests/openai?ns=docker.io\\": tls: first record does not look like a TLS handshake" host="127.0.0.1:36333" method=HEAD url="https://127.0.0.1:36333/v2/jyangballin/absent/manifests/openai?ns=docker.io"
 time="2026-12-01T10:59:44.873474344Z" level=error msg="PullImage \\"docker.io/jyangballin/absent:openai\\" failed" error="rpc error: code = NotFound desc = failed to pull and unpack image \\"docker.io/jyangballin/absent:openai\\": failed to resolve image: docker.io/jyangballin/absent:openai: not found"
-"""
+"""  # noqa: E501 - containerd's log lines as it wrote them, one a line
 
 
 def test_requests_to_the_stub_alone_pass():

@@ -19,26 +19,33 @@ from kubernetes.client.rest import ApiException
 from image_preflight.agent.inventory import CREATE, RENEW
 from image_preflight.agent.publisher import Publisher
 from image_preflight.cli import main
-from tests.controlplane.cluster import (
-    ControlPlane,
-    NODEIMAGES_CRD,
-    PARKED,
-    apply_service_accounts,
-    request_query,
-    unreachable_kubeconfig,
-    wait_for,
-)
 from image_preflight.core.admission.answers import API_VERSION
 from image_preflight.core.admission.review import admit
 from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.decision import DENY, MISSING, UNKNOWN, decide
 from image_preflight.core.decide.inventory import image_key
-from image_preflight.webhook.live_inventory import LiveInventory
-from image_preflight.kube.nodes import node_watcher
-from image_preflight.kube.watch import ResourceWatcher
-from image_preflight.core.sources.runtime_lists import AGENT_NAMESPACE, GROUP, PLURAL, VERSION, format_time, image_hashes
+from image_preflight.core.sources.runtime_lists import (
+    AGENT_NAMESPACE,
+    GROUP,
+    PLURAL,
+    VERSION,
+    format_time,
+    image_hashes,
+)
 from image_preflight.core.sources.snapshots import load_document
 from image_preflight.kube.node_images import node_images_watcher, renewal_watcher
+from image_preflight.kube.nodes import node_watcher
+from image_preflight.kube.watch import ResourceWatcher
+from image_preflight.webhook.live_inventory import LiveInventory
+from tests.controlplane.cluster import (
+    NODEIMAGES_CRD,
+    PARKED,
+    ControlPlane,
+    apply_service_accounts,
+    request_query,
+    unreachable_kubeconfig,
+    wait_for,
+)
 
 DEADLINE_S = 10.0
 LEASE = 300
@@ -341,7 +348,8 @@ def scan_report(tmp_path: Path, document: dict, images: list[str]) -> dict:
     inventory = tmp_path / f"inventory-{len(list(tmp_path.glob('inventory-*')))}.json"
     inventory.write_text(json.dumps(document))
     dataset = tmp_path / "train.jsonl"
-    dataset.write_text("".join(json.dumps({"instance_id": f"i{n}", "image_name": i}) + "\n" for n, i in enumerate(images)))
+    dataset.write_text("".join(json.dumps({"instance_id": f"i{n}", "image_name": i}) + "\n"
+                               for n, i in enumerate(images)))
     template = tmp_path / "job.yaml"
     template.write_text(
         "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ job_name }}\nspec:\n  template:\n    spec:\n"
@@ -444,7 +452,7 @@ def test_dump_names_an_unreachable_cluster(tmp_path, capsys):
 
 @pytest.mark.parametrize("hashed", [False, True], ids=["images", "hashes"])
 def test_serve_with_a_kubeconfig_denies_from_a_published_list(control_plane, case, nodes, reader,
-                                                              start_webhook, hashed):  # noqa: F811
+                                                              start_webhook, hashed):
     # The whole path: `serve` watches Nodes and NodeImages; node status is capped at 50 names,
     # so only the agent's complete list can prove NEVER_BUILT absent.
     webhook = start_webhook("--kubeconfig", str(reader), "--node-selector", case.selector)
@@ -464,7 +472,7 @@ def test_serve_with_a_kubeconfig_denies_from_a_published_list(control_plane, cas
 
 
 def test_switching_the_published_form_back_and_forth_changes_no_decision(control_plane, case, nodes, reader,
-                                                                       publisher_api, start_webhook):  # noqa: F811
+                                                                       publisher_api, start_webhook):
     """The upgrade's second step (docs/agent.md, "The published form"): the agent rewrites its list
     in the other form while reviews stream in; serve decides each the same way throughout."""
     webhook = start_webhook("--kubeconfig", str(reader), "--node-selector", case.selector)
@@ -502,7 +510,7 @@ def test_switching_the_published_form_back_and_forth_changes_no_decision(control
 
 
 def test_serve_is_ready_only_once_it_holds_the_published_lists(service_accounts, case, nodes, start_webhook,
-                                                               tmp_path):  # noqa: F811
+                                                               tmp_path):
     # A replica answering before the agents' lists are read would let NEVER_BUILT through as
     # unknown (node status stops at 50 names). Here those lists stay unreadable (403) while the
     # Nodes are read, then become readable: the first answer after /readyz 200 already denies.

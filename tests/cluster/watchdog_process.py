@@ -14,7 +14,6 @@ from kubernetes.client.rest import ApiException
 
 from tests.controlplane.cluster import free_port, terminate, wait_for
 
-
 GRACE_S = 3.0
 
 

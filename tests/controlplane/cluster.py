@@ -32,9 +32,9 @@ from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
 
 from tests.controlplane.network import ClusterNetwork
+from tests.controlplane.pki import Authority, service_account_keys
 from tests.controlplane.tracing import tracing_configuration
 from tests.needs import unavailable
-from tests.controlplane.pki import Authority, service_account_keys
 
 NODEIMAGES_CRD = "crd/nodeimages.image-preflight.io"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl", "kubelet-configz")
@@ -154,7 +154,8 @@ class ControlPlane:
         audit_policy = folder / "audit-policy.yaml"
         audit_policy.write_text(yaml.safe_dump({
             "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
-            "rules": [{"level": "Metadata", "userGroups": [f"system:serviceaccounts:{ns}" for ns in AUDITED_NAMESPACES]},
+            "rules": [{"level": "Metadata",
+                       "userGroups": [f"system:serviceaccounts:{ns}" for ns in AUDITED_NAMESPACES]},
                       {"level": "None"}],
         }))
         self.audit_log = folder / "audit.log"
@@ -439,7 +440,7 @@ def kubelet_configz(plane: ControlPlane, node: str, address: str, *, max_images:
     popen = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
                              text=True)
     try:
-        port = int(popen.stdout.readline().rsplit(":", 1)[1])  # type: ignore[union-attr]
+        port = int(popen.stdout.readline().rsplit(":", 1)[1])  # type: ignore[union-attr]  # stdout=PIPE
         plane.core().patch_node_status(node, {"status": {
             # InternalIP only: the apiserver tries Hostname first, and no name resolves here.
             "addresses": [{"type": "InternalIP", "address": address}],

@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.controlplane.cluster import ControlPlane, free_port, terminate
 from image_preflight.service import FLUSH_S
+from tests.controlplane.cluster import ControlPlane, free_port, terminate
 
 SERVICE = NAMESPACE = "image-preflight"  # the chart's Service, and the namespace it is installed in
 

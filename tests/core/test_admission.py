@@ -188,7 +188,8 @@ def test_an_update_that_changes_neither_images_nor_scheduling_passes_untouched()
 
 
 def test_kueue_unsuspending_a_job_and_setting_its_node_selector_is_decided():
-    inventory = Inventory((node("cpu-1", ABSENT, labels=CPU), node("cpu-2", ABSENT, labels=CPU), node("big-1", labels={"pool": "big"})))
+    inventory = Inventory((node("cpu-1", ABSENT, labels=CPU), node("cpu-2", ABSENT, labels=CPU),
+                           node("big-1", labels={"pool": "big"})))
     old = workload("Job", pod_spec(ABSENT))
     old["spec"]["suspend"] = True
     new = copy.deepcopy(old)

@@ -2,8 +2,6 @@ import json
 
 import pytest
 
-from tests.builders.inventories import NOW, SWE, inv, node, pod
-from tests.builders.nodes import PAUSE, PYTHON, cri_image, kube_node, node_list, runtime, status_image
 from image_preflight.core.decide.decision import (
     ALLOW,
     DENY,
@@ -19,9 +17,11 @@ from image_preflight.core.decide.decision import (
     decide_images,
     eligible_nodes,
 )
-from image_preflight.core.decide.scheduling import PodPlacement, REASON_AFFINITY, SchedulingSpecError, Taint
-from image_preflight.core.sources.snapshots import load_snapshot
+from image_preflight.core.decide.scheduling import REASON_AFFINITY, PodPlacement, SchedulingSpecError, Taint
 from image_preflight.core.decide.workloads import ContainerImage, WorkloadError, pod_spec_of
+from image_preflight.core.sources.snapshots import load_snapshot
+from tests.builders.inventories import NOW, SWE, inv, node, pod
+from tests.builders.nodes import PAUSE, PYTHON, cri_image, kube_node, node_list, runtime, status_image
 
 DIGEST = "sha256:" + "d" * 64
 

@@ -30,7 +30,8 @@ def assert_one_line_naming(message: str, path: Path, field: str) -> None:
 # --- (a) each hostile file kind is one InputError naming the file and field ---------------------------
 
 
-@pytest.mark.parametrize(("name", "content", "field"), [case[1:] for case in HOSTILE], ids=[case[0] for case in HOSTILE])
+@pytest.mark.parametrize(("name", "content", "field"), [case[1:] for case in HOSTILE],
+                         ids=[case[0] for case in HOSTILE])
 def test_a_hostile_snapshot_is_one_input_error_naming_the_file_and_field(tmp_path, name, content, field):
     path = write(tmp_path / name, content)
     with pytest.raises(InputError) as raised:

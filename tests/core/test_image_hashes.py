@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from image_preflight.core.decide.inventory import image_key
-from image_preflight.core.sources.image_hashes import (
-    ALGORITHM, BITS, MAX_HASHES, decode, encode, key_hash, pack)
+from image_preflight.core.sources.image_hashes import ALGORITHM, BITS, MAX_HASHES, decode, encode, key_hash, pack
 from image_preflight.core.sources.runtime_lists import image_hashes, node_images_from_runtime, runtime_object
 from image_preflight.image_set import compact
 

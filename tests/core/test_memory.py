@@ -4,13 +4,13 @@ import math
 import random
 from dataclasses import replace
 
-from tests.builders.inventories import NOW, SWE, inv, node, pod
-from image_preflight.core.decide.inventory import Inventory, NodeImages
-from image_preflight.core.sources.runtime_lists import renewed
 from image_preflight.core.decide import memory
 from image_preflight.core.decide.decision import FOR_EVER, decide, eligible_nodes
+from image_preflight.core.decide.inventory import Inventory, NodeImages
 from image_preflight.core.decide.memory import Memory
 from image_preflight.core.decide.scheduling import PodPlacement
+from image_preflight.core.sources.runtime_lists import renewed
+from tests.builders.inventories import NOW, SWE, inv, node, pod
 
 SPEC = {"containers": [{"name": "agent", "image": SWE, "imagePullPolicy": "IfNotPresent"}]}
 
@@ -30,7 +30,11 @@ def test_each_inventory_holds_its_own_memory_and_a_new_one_starts_empty():
 
 def test_a_placement_is_found_once_and_a_freak_one_every_time():
     remembered, calls = Memory(), []
-    find = lambda: calls.append(1) or ("nodes", "reasons")  # noqa: E731
+
+    def find():
+        calls.append(1)
+        return "nodes", "reasons"
+
     assert remembered.placement(_placement("cpu"), find) == remembered.placement(_placement("cpu"), find)
     assert len(calls) == 1
     freak = _placement("x" * (memory.PLACEMENT_CHARACTERS + 1))
@@ -101,7 +105,8 @@ def test_eligible_nodes_come_from_the_inventorys_memory():
     found = eligible_nodes(_placement("cpu"), inventory)
     assert found[0] == [inventory.get("n1")]
     [(placement, eligible)] = inventory.memory.placements.items()
-    assert (placement, eligible.places.tolist(), eligible.names, eligible.reasons) == (_placement("cpu"), [0], ("n1",), found[1])
+    assert (placement, eligible.places.tolist(), eligible.names, eligible.reasons) == (
+        _placement("cpu"), [0], ("n1",), found[1])
     assert eligible_nodes(_placement("cpu"), inventory) == found
     renewed = inventory.updated({"n1": replace(inventory.get("n1"), observed_at=NOW)})
     assert renewed.memory.placements == inventory.memory.placements  # a renewal moves no node
@@ -129,7 +134,8 @@ def test_new_traits_have_each_placement_found_again_at_the_changed_nodes_alone()
                            "n1": replace(moved.get("n1"), sandbox_missing="registry.k8s.io/pause:3.10")})
     assert again.memory.earlier == {cpu: (found, frozenset({0, 1, 2}))}  # since it was found: n2, n1, n3 (added)
     eligible, reasons = eligible_nodes(cpu, again)
-    assert ([n.node for n in eligible], reasons) == (["n1", "n2"], {"node(s) didn't match Pod's node affinity/selector": 1})
+    assert ([n.node for n in eligible], reasons) == (
+        ["n1", "n2"], {"node(s) didn't match Pod's node affinity/selector": 1})
     assert again.memory.placements[cpu].reporting == (0,)
     assert eligible_nodes(cpu, again) == eligible_nodes(cpu, inv(*again.nodes))  # as found afresh
     many = inventory.updated({f"x{i}": node(f"x{i}", SWE) for i in range(memory.MOVED_PLACES + 1)})

@@ -33,9 +33,10 @@ from tests.builders.stalls import (
     node_images,
     sandbox_event,
     unstarted,
+)
+from tests.builders.stalls import (
     waiting_pod as pod,
 )
-
 
 # --- which containers are stuck (pkg/kubelet/images/types.go reasons) ------------------------------
 
@@ -156,7 +157,8 @@ def test_a_pod_is_due_once_it_has_been_stuck_for_the_grace():
     assert memory.take_due(114.9, {NS}) == []
     assert memory.next_due({NS}) == 115.0
     (due,) = memory.take_due(115.0, {NS})
-    assert (due.since, due.stuck.reason, due.node, due.owner.name) == (100.0, "ImagePullBackOff", "cpu-a", "agl-rollout-1")
+    assert (due.since, due.stuck.reason, due.node, due.owner.name) == (
+        100.0, "ImagePullBackOff", "cpu-a", "agl-rollout-1")
     assert memory.take_due(200.0, {NS}) == []  # handed out once
     memory.see_pod(pod(), now=201.0)
     assert memory.take_due(300.0, {NS}) == []  # still the same Pod: not again
@@ -204,7 +206,8 @@ def test_a_denial_is_due_at_once_and_once_per_job():
     memory.see_event(failed_create(), now=7.0)
     memory.see_event({**failed_create(), "metadata": {"name": "another", "namespace": NS}}, now=8.0)
     (due,) = memory.take_due(7.0, {NS})
-    assert (due.kind, due.name, due.owner.uid, due.denial) == ("Job", "agl-rollout-1", "job-uid", "invalid: image x is absent")
+    assert (due.kind, due.name, due.owner.uid, due.denial) == (
+        "Job", "agl-rollout-1", "job-uid", "invalid: image x is absent")
     memory.see_event(failed_create(), now=9.0)
     assert memory.take_due(100.0, {NS}) == []
 

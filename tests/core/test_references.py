@@ -15,7 +15,6 @@ import pytest
 from image_preflight.core.decide import references as images
 from image_preflight.core.decide.references import InvalidReference
 
-
 DATA_FILE = Path(__file__).resolve().parents[1] / "data" / "conformance" / "image-references.json"
 DATA = json.loads(DATA_FILE.read_text(encoding="utf-8"))
 
@@ -76,7 +75,10 @@ def test_conformance_data_present():
 @pytest.mark.parametrize("entry", _cases("parse"))
 def test_parse(entry, allow_sha512):
     expected = _expected(entry, allow_sha512)
-    call = lambda: images.parse(entry["input"], allow_sha512=allow_sha512)  # noqa: E731
+
+    def call():
+        return images.parse(entry["input"], allow_sha512=allow_sha512)
+
     if not expected["valid"]:
         _raises(expected, call)
         return

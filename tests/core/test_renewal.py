@@ -9,7 +9,13 @@ import json
 import pytest
 
 from image_preflight.core.sources.runtime_lists import (
-    AGENT_NAMESPACE, format_micro_time, lease_object, node_images_from_runtime, renewal, renewed)
+    AGENT_NAMESPACE,
+    format_micro_time,
+    lease_object,
+    node_images_from_runtime,
+    renewal,
+    renewed,
+)
 from image_preflight.core.sources.snapshots import SnapshotError, load_snapshot
 from image_preflight.core.watchdog.pull_failures import sandbox_unconfirmed
 from image_preflight.doctor.findings import OK, node_lists

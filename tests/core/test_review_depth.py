@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from image_preflight.core.admission.mutation import steer
 from image_preflight.core.admission.body import MAX_DEPTH, BadReview, parse_review, refusing_deep_reviews
+from image_preflight.core.admission.mutation import steer
 from image_preflight.core.admission.review import admit
 from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.inventory import Inventory

@@ -5,8 +5,6 @@ import json
 
 import pytest
 
-from tests.builders.inventories import NOW, SWE, inv, node
-from tests.builders.nodes import kube_node
 from image_preflight.core.admission.review import admit
 from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.decision import ALLOW, DENY, NO_ELIGIBLE_NODE, UNKNOWN, decide
@@ -19,6 +17,8 @@ from image_preflight.core.decide.runtime_classes import (
 )
 from image_preflight.core.decide.scheduling import PodPlacement, SchedulingSpecError, Taint, Toleration, as_daemon
 from image_preflight.core.sources.snapshots import SnapshotError, load_snapshot
+from tests.builders.inventories import NOW, SWE, inv, node
+from tests.builders.nodes import kube_node
 
 SANDBOX = Taint("sandbox", "gvisor", "NoSchedule")
 GVISOR = {
@@ -119,7 +119,8 @@ def test_a_snapshot_list_carries_runtime_classes_as_kubectl_get_nodes_runtimecla
     items = [kube_node("plain", []), {k: v for k, v in GVISOR.items() if k != "kind"} | {"kind": "RuntimeClass"}]
     inventory = load_snapshot(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}), source="s.json")
     assert set(inventory.runtime_classes) == {"gvisor"} and [n.node for n in inventory.nodes] == ["plain"]
-    alone = load_snapshot(json.dumps({"kind": "RuntimeClassList", "items": [{**GVISOR, "kind": None}]}), source="rc.json")
+    alone = load_snapshot(json.dumps({"kind": "RuntimeClassList", "items": [{**GVISOR, "kind": None}]}),
+                          source="rc.json")
     assert dict(alone.runtime_classes["gvisor"].node_selector) == {"runtime": "gvisor"}
 
 

@@ -52,7 +52,8 @@ def statuses(decision) -> list[str]:
 
 
 def test_a_node_without_its_sandbox_image_lacks_every_image_even_those_it_holds():
-    decision = decide(pod(IMAGE), cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED)), now=NOW)
+    decision = decide(pod(IMAGE), cluster(node("a", *HELD, **LEASED),
+                                          node("b", *HELD, sandbox_missing=PAUSE, **LEASED)), now=NOW)
     assert decision.outcome == DENY
     assert statuses(decision) == [MISSING] and decision.verdicts[0].missing_on == ("b",)
     assert decision.sandbox_missing == (("b", PAUSE),)
@@ -62,7 +63,8 @@ def test_a_node_without_its_sandbox_image_lacks_every_image_even_those_it_holds(
 
 @pytest.mark.parametrize("policy", ["Always", "Never", "IfNotPresent"])
 def test_under_require_all_a_pod_that_may_land_there_is_denied_whatever_its_pull_policy(policy):
-    decision = decide(pod(IMAGE, policy=policy), cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED)), now=NOW)
+    decision = decide(pod(IMAGE, policy=policy),
+                      cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED)), now=NOW)
     assert decision.outcome == DENY
     # Always images stay unchecked (a pull gets them): the node, not the image, is what fails.
     assert statuses(decision) == [NOT_CHECKED if policy == "Always" else MISSING]
@@ -75,7 +77,8 @@ def test_under_require_any_some_node_that_can_start_the_pod_is_enough_and_none_i
     stranded = cluster(node("a", sandbox_missing=PAUSE, **LEASED), node("b", sandbox_missing=PAUSE, **LEASED))
     assert decide(always, stranded, require=REQUIRE_ANY, now=NOW).outcome == DENY
     # An image held only where no pod starts is held nowhere useful.
-    only_there = decide(pod(IMAGE), cluster(node("a", **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED)), require=REQUIRE_ANY, now=NOW)
+    only_there = decide(pod(IMAGE), cluster(node("a", **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED)),
+                        require=REQUIRE_ANY, now=NOW)
     assert only_there.outcome == DENY and statuses(only_there) == [MISSING]
 
 
@@ -88,7 +91,8 @@ def test_under_one_node_a_template_is_allowed_when_a_node_that_starts_pods_holds
 
 
 def test_a_stale_report_proves_nothing_and_the_remembered_decision_ends_with_its_lease():
-    inventory = cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, expires_at=NOW + 60, observed_at=NOW, source="cri"))
+    inventory = cluster(node("a", *HELD, **LEASED),
+                        node("b", *HELD, sandbox_missing=PAUSE, expires_at=NOW + 60, observed_at=NOW, source="cri"))
     before = decide(pod(IMAGE), inventory, now=NOW)
     after = decide(pod(IMAGE), inventory, now=NOW + 60)
     assert (before.outcome, after.outcome) == (DENY, ALLOW)
@@ -122,7 +126,8 @@ def test_a_node_that_holds_its_sandbox_image_is_unaffected():
 
 
 def test_the_denial_names_the_node_and_its_sandbox_image_once_and_the_fix():
-    decision = decide(pod(IMAGE), cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED)), now=NOW)
+    decision = decide(pod(IMAGE), cluster(node("a", *HELD, **LEASED),
+                                          node("b", *HELD, sandbox_missing=PAUSE, **LEASED)), now=NOW)
     assert messages.denial_message(decision) == (
         "invalid: eligible node(s) b cannot start any pod: the container runtime lacks its sandbox image "
         "'registry.k8s.io/pause:3.10.1', so the pod would wait in ContainerCreating (FailedCreatePodSandBox); "
@@ -130,7 +135,8 @@ def test_the_denial_names_the_node_and_its_sandbox_image_once_and_the_fix():
 
 
 def test_a_missing_image_elsewhere_is_named_beside_it_without_the_node_that_starts_nothing():
-    decision = decide(pod(IMAGE), cluster(node("a", **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED), node("c", sandbox_missing=PAUSE, **LEASED)),
+    decision = decide(pod(IMAGE), cluster(node("a", **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED),
+                                          node("c", sandbox_missing=PAUSE, **LEASED)),
                       now=NOW)
     message = messages.denial_message(decision)
     assert message.startswith("invalid: eligible node(s) b, c cannot start any pod: ")
@@ -140,7 +146,8 @@ def test_a_missing_image_elsewhere_is_named_beside_it_without_the_node_that_star
 
 
 def test_warn_mode_warnings_name_the_node_and_image():
-    decision = decide(pod(IMAGE), cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED)), now=NOW)
+    decision = decide(pod(IMAGE), cluster(node("a", *HELD, **LEASED),
+                                          node("b", *HELD, sandbox_missing=PAUSE, **LEASED)), now=NOW)
     assert messages.missing_warnings(decision) == [
         f"image-preflight: node(s) b cannot start any pod: the runtime lacks its sandbox image {PAUSE}"]
 
@@ -157,7 +164,8 @@ def test_many_nodes_stay_within_the_limit():
 
 @pytest.mark.parametrize("policy", ["IfNotPresent", "Always"])
 def test_a_pod_is_steered_off_nodes_that_start_no_pod_whatever_its_images(policy):
-    inventory = cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED), node("c", *HELD, **LEASED))
+    inventory = cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED),
+                        node("c", *HELD, **LEASED))
     plan = steering.plan(decide(pod(IMAGE, policy=policy), inventory, require=REQUIRE_ALL, now=NOW))
     assert plan == steering.Plan(("a", "c"))
 

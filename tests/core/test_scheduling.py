@@ -1,8 +1,6 @@
 import pytest
 
 from image_preflight.core.decide.scheduling import (
-    as_admitted,
-    as_daemon,
     REASON_AFFINITY,
     REASON_NODE_NAME,
     REASON_UNSCHEDULABLE,
@@ -11,6 +9,8 @@ from image_preflight.core.decide.scheduling import (
     SchedulingSpecError,
     Taint,
     Toleration,
+    as_admitted,
+    as_daemon,
     unschedulable_reason,
 )
 from tests.builders.nodes import kube_node, status_image
@@ -109,8 +109,10 @@ def test_node_selector_and_affinity_must_both_hold():
 def test_match_fields_metadata_name():
     spec_in = affinity({"matchFields": [expr("metadata.name", "In", "n2")]})
     spec_not_in = affinity({"matchFields": [expr("metadata.name", "NotIn", "n2")]})
-    assert [n.name for n in [traits("n1"), traits("n2")] if unschedulable_reason(placement(**spec_in), n) is None] == ["n2"]
-    assert [n.name for n in [traits("n1"), traits("n2")] if unschedulable_reason(placement(**spec_not_in), n) is None] == ["n1"]
+    assert [n.name for n in [traits("n1"), traits("n2")]
+            if unschedulable_reason(placement(**spec_in), n) is None] == ["n2"]
+    assert [n.name for n in [traits("n1"), traits("n2")]
+            if unschedulable_reason(placement(**spec_not_in), n) is None] == ["n1"]
 
 
 def test_match_fields_and_expressions_in_one_term_are_anded():
@@ -311,7 +313,8 @@ def test_every_blocking_taint_needs_a_toleration():
     assert fits({"tolerations": both}, traits(taints=taints))
 
 
-NOT_READY = [Taint("node.kubernetes.io/not-ready", "", "NoSchedule"), Taint("node.kubernetes.io/not-ready", "", "NoExecute")]
+NOT_READY = [Taint("node.kubernetes.io/not-ready", "", "NoSchedule"),
+             Taint("node.kubernetes.io/not-ready", "", "NoExecute")]
 
 
 def test_not_ready_node_rejects_pod():
@@ -322,14 +325,17 @@ def test_not_ready_node_rejects_pod():
 def test_not_ready_node_rejects_pod_with_default_noexecute_tolerations():
     # What the DefaultTolerationSeconds admission plugin adds to every pod: not enough for NoSchedule.
     default = [
-        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
-        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+        {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute",
+         "tolerationSeconds": 300},
+        {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+         "tolerationSeconds": 300},
     ]
     assert not fits({"tolerations": default}, traits(taints=NOT_READY))
 
 
 def test_not_ready_node_accepts_pod_tolerating_every_effect():
-    assert fits({"tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]}, traits(taints=NOT_READY))
+    assert fits({"tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"}]},
+                traits(taints=NOT_READY))
 
 
 def test_toleration_object_directly():
@@ -421,7 +427,8 @@ def test_from_node_tolerates_missing_fields(obj):
 
 
 def test_from_node_taint_without_value():
-    traits = NodeTraits.from_node({"metadata": {"name": "n1"}, "spec": {"taints": [{"key": "k", "effect": "NoExecute"}]}})
+    traits = NodeTraits.from_node({"metadata": {"name": "n1"},
+                                   "spec": {"taints": [{"key": "k", "effect": "NoExecute"}]}})
     assert traits.taints == (Taint("k", "", "NoExecute"),)
 
 
@@ -432,12 +439,18 @@ def test_from_node_taint_without_value():
         ({"metadata": {"name": 7}}, "node: metadata.name: expected a string, got int"),
         ({"metadata": {"name": "n1", "labels": ["a"]}}, "node n1: metadata.labels: expected a mapping, got list"),
         ({"metadata": {"name": "n1", "labels": {"a": 1}}}, "node n1: metadata.labels.a: expected a string, got int"),
-        ({"metadata": {"name": "n1"}, "spec": {"taints": {"key": "k"}}}, "node n1: spec.taints: expected a list, got dict"),
+        (
+            {"metadata": {"name": "n1"}, "spec": {"taints": {"key": "k"}}},
+            "node n1: spec.taints: expected a list, got dict",
+        ),
         (
             {"metadata": {"name": "n1"}, "spec": {"taints": [{"key": "k", "effect": 1}]}},
             "node n1: spec.taints[0].effect: expected a string, got int",
         ),
-        ({"metadata": {"name": "n1"}, "spec": {"unschedulable": "yes"}}, "node n1: spec.unschedulable: expected true or false, got str"),
+        (
+            {"metadata": {"name": "n1"}, "spec": {"unschedulable": "yes"}},
+            "node n1: spec.unschedulable: expected true or false, got str",
+        ),
     ],
 )
 def test_from_node_rejects_wrong_types(obj, message):
@@ -470,7 +483,8 @@ def test_from_pod_spec_of_a_plain_pod():
 
 
 def test_from_pod_spec_reads_tolerations():
-    p = placement(tolerations=[{"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}, None])
+    p = placement(tolerations=[{"key": "k", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5},
+                               None])
     # A null entry decodes to the zero toleration, as in the apiserver.
     assert p.tolerations == (Toleration("k", "Exists", "", "NoSchedule"), Toleration())
 
@@ -487,9 +501,15 @@ def test_from_pod_spec_reads_tolerations():
         ({"tolerations": ["k"]}, "spec.tolerations[0]: expected a mapping, got str"),
         ({"tolerations": [{"key": "k", "value": 1}]}, "spec.tolerations[0].value: expected a string, got int"),
         ({"affinity": []}, "spec.affinity: expected a mapping, got list"),
-        ({"affinity": {"nodeAffinity": {REQUIRED: []}}}, f"spec.affinity.nodeAffinity.{REQUIRED}: expected a mapping, got list"),
+        (
+            {"affinity": {"nodeAffinity": {REQUIRED: []}}},
+            f"spec.affinity.nodeAffinity.{REQUIRED}: expected a mapping, got list",
+        ),
         (affinity({"matchExpressions": {"key": "k"}}), f"{TERMS_PATH}[0].matchExpressions: expected a list, got dict"),
-        (affinity({"matchExpressions": ["zone In a"]}), f"{TERMS_PATH}[0].matchExpressions[0]: expected a mapping, got str"),
+        (
+            affinity({"matchExpressions": ["zone In a"]}),
+            f"{TERMS_PATH}[0].matchExpressions[0]: expected a mapping, got str",
+        ),
         (
             affinity({}, {"matchExpressions": [expr("cores", "Gt", 4)]}),
             f"{TERMS_PATH}[1].matchExpressions[0].values[0]: expected a string, got int",

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES, NAMES_PER_IMAGE, Inventory, NodeImages, image_key
+from image_preflight.core.decide.scheduling import NodeTraits, SchedulingSpecError, Taint
 from image_preflight.core.sources.node_status import node_images_from_node
 from image_preflight.core.sources.runtime_lists import (
     API_VERSION,
@@ -14,10 +15,20 @@ from image_preflight.core.sources.runtime_lists import (
     parse_time,
     runtime_object,
 )
-from image_preflight.core.decide.scheduling import NodeTraits, SchedulingSpecError, Taint
 from image_preflight.core.sources.snapshots import SnapshotError, load_snapshot
-from tests.builders.nodes import OBSERVED, PAUSE, PYTHON, RUNTIME_IMAGES, cri_image, docker_line, kube_node, node_list, runtime, sha, status_image
-
+from tests.builders.nodes import (
+    OBSERVED,
+    PAUSE,
+    PYTHON,
+    RUNTIME_IMAGES,
+    cri_image,
+    docker_line,
+    kube_node,
+    node_list,
+    runtime,
+    sha,
+    status_image,
+)
 
 # --- realistic fixtures ----------------------------------------------------------------------------
 
@@ -662,7 +673,8 @@ def test_empty_snapshot(text):
         ('[{"kind": "Node"}]', r"^snap\.json: a JSON list is not a snapshot"),
         ('{"kind": "List", "items": {}}', r"^snap\.json: items: not a list$"),
         ('{"kind": "List"}', r"^snap\.json: items: not a list$"),
-        ('{"kind": "List", "items": [{"kind": "Pod"}]}', r"^snap\.json: items\[0\]: kind 'Pod' is not Node, NodeImages, RuntimeClass or Lease"),
+        ('{"kind": "List", "items": [{"kind": "Pod"}]}',
+         r"^snap\.json: items\[0\]: kind 'Pod' is not Node, NodeImages, RuntimeClass or Lease"),
         ('{"kind": "List", "items": [{"metadata": {"name": "n"}}]}', r"^snap\.json: items\[0\]: kind None is not Node"),
         ('{"kind": "List", "items": ["worker-1"]}', r"^snap\.json: items\[0\]: kind None is not Node"),
         ('{"images": ["python:3.11"]}', r"^snap\.json: images\[0\]: not an object$"),

@@ -17,10 +17,18 @@ import pytest
 
 from image_preflight.core.admission import steering
 from image_preflight.core.admission.answers import ReviewDecision
+from image_preflight.core.admission.mutation import steer
 from image_preflight.core.admission.review import admit
 from image_preflight.core.admission.settings import Settings
-from image_preflight.core.decide.decision import ALLOW, DENY, REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE, UNKNOWN, decide
-from image_preflight.core.admission.mutation import steer
+from image_preflight.core.decide.decision import (
+    ALLOW,
+    DENY,
+    REQUIRE_ALL,
+    REQUIRE_ANY,
+    REQUIRE_ONE_NODE,
+    UNKNOWN,
+    decide,
+)
 from image_preflight.core.decide.scheduling import Taint
 from tests.builders.inventories import inv, node, pod
 

@@ -28,16 +28,16 @@ from cryptography import x509
 from kubernetes_validate.utils import latest_version
 
 from image_preflight.cli import build_parser, parse_config
-from image_preflight.doctor.findings import selects as selector_matches  # metav1.LabelSelector
 from image_preflight.core.decide.decision import DENY, decide
-from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
-from image_preflight.files.inventory import load_inventory_file
 from image_preflight.core.decide.workloads import pod_spec_of
+from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
+from image_preflight.doctor.findings import selects as selector_matches  # metav1.LabelSelector
+from image_preflight.files.inventory import load_inventory_file
 from tests.agent_lightning import build_job_spec, example_row
-from tests.needs import unavailable
 from tests.builders.chart_objects import CERT_MANAGER, MONITORING, api_group
 from tests.builders.reviews import EXAMPLES
 from tests.chart import AGENT_NAMESPACE, CASES, CHART, NAMESPACE, SERVICE, case_file, helm_binary, render, template
+from tests.needs import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 WEBHOOK = "validate.image-preflight.io"
@@ -143,7 +143,8 @@ def cert_manager_problems(document: dict) -> list[str]:
     issuer = spec.get("issuerRef") or {}
     if set(issuer) - {"name", "kind", "group"} or not isinstance(issuer.get("name"), str):
         problems.append(f"{where}: spec.issuerRef needs name (and only kind, group)")
-    if issuer.get("kind", "Issuer") not in ("Issuer", "ClusterIssuer") and issuer.get("group", CERT_MANAGER) == CERT_MANAGER:
+    if issuer.get("kind", "Issuer") not in ("Issuer", "ClusterIssuer") \
+            and issuer.get("group", CERT_MANAGER) == CERT_MANAGER:
         problems.append(f"{where}: spec.issuerRef.kind {issuer.get('kind')!r} is not Issuer or ClusterIssuer")
     for field in ("duration", "renewBefore"):
         if field in spec and not _GO_DURATION.match(str(spec[field])):
@@ -180,7 +181,8 @@ def service_monitor_problems(document: dict) -> list[str]:
     if not spec.get("endpoints"):
         problems.append(f"{where}: spec.endpoints is empty")
     for n, endpoint in enumerate(spec.get("endpoints") or ()):
-        problems += [f"{where}: unknown field spec.endpoints[{n}].{f}" for f in sorted(set(endpoint) - _ENDPOINT_FIELDS)]
+        problems += [f"{where}: unknown field spec.endpoints[{n}].{f}"
+                     for f in sorted(set(endpoint) - _ENDPOINT_FIELDS)]
         if "interval" in endpoint and not _GO_DURATION.match(str(endpoint["interval"])):
             problems.append(f"{where}: spec.endpoints[{n}].interval {endpoint['interval']!r} is not a duration")
     return problems
@@ -315,7 +317,8 @@ def _without_generated(document: dict) -> dict:
     ({"watchdog": {"mode": "warn"}}, "watchdog.mode"),
     ({"watchdog": {"grace": -1}}, "watchdog.grace"),
     ({"image": {"pullPolicy": "Sometimes"}}, "image.pullPolicy"),
-    ({"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Equals"}]}}, "namespaceSelector.matchExpressions"),
+    ({"namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Equals"}]}},
+     "namespaceSelector.matchExpressions"),
     ({"excludedNamespaces": ["Kube-System"]}, "excludedNamespaces"),
     ({"tests": {"namespace": "a_b"}}, "tests.namespace"),
 ])
@@ -345,7 +348,8 @@ def test_cert_manager_check_catches_broken_certificates():
     without_secret = {k: v for k, v in spec.items() if k != "secretName"}
     for broken in (
         without_secret | {"secretNme": "s"}, spec | {"duration": "90d"}, spec | {"usages": ["server-auth"]},
-        spec | {"dnsNames": []}, spec | {"privateKey": {"algorithm": "ecdsa"}}, spec | {"issuerRef": {"kind": "Issuer"}},
+        spec | {"dnsNames": []}, spec | {"privateKey": {"algorithm": "ecdsa"}},
+        spec | {"issuerRef": {"kind": "Issuer"}},
     ):
         assert cert_manager_problems({**certificate, "spec": broken}), broken
     issuer = {"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": {"name": "i"}}
@@ -380,7 +384,8 @@ def test_webhook_sees_jobs_and_pods_on_create_and_update():
         (tuple(r["apiGroups"]), tuple(r["apiVersions"]), tuple(r["resources"])): set(r["operations"])
         for r in _webhook(_docs("default"))["rules"]
     }
-    assert rules == {(("batch",), ("v1",), ("jobs",)): {"CREATE", "UPDATE"}, (("",), ("v1",), ("pods",)): {"CREATE", "UPDATE"}}
+    assert rules == {(("batch",), ("v1",), ("jobs",)): {"CREATE", "UPDATE"},
+                     (("",), ("v1",), ("pods",)): {"CREATE", "UPDATE"}}
 
 
 def test_webhook_reaches_the_server_through_the_service():
@@ -413,19 +418,22 @@ def test_enforcement_is_opt_in_and_spares_system_namespaces(labels, enforced):
 def test_the_release_namespace_is_spared_wherever_the_chart_is_installed():
     documents = [d for d in yaml.safe_load_all(template(namespace="preflight").stdout) if d]
     selector = _webhook(documents)["namespaceSelector"]
-    assert not selector_matches(selector, {"kubernetes.io/metadata.name": "preflight", "image-preflight.io/enforce": "true"})
+    assert not selector_matches(selector, {"kubernetes.io/metadata.name": "preflight",
+                                           "image-preflight.io/enforce": "true"})
     assert selector_matches(selector, {"kubernetes.io/metadata.name": NAMESPACE, "image-preflight.io/enforce": "true"})
 
 
 def test_cluster_role_only_reads_nodes_node_images_and_runtime_classes():
     documents = _docs("default")
     rules = _one(documents, "ClusterRole", "image-preflight")["rules"]
-    granted = {(group, resource): set(rule["verbs"]) for rule in rules for group in rule["apiGroups"] for resource in rule["resources"]}
+    granted = {(group, resource): set(rule["verbs"])
+               for rule in rules for group in rule["apiGroups"] for resource in rule["resources"]}
     assert granted == {("", "nodes"): {"list", "watch"}, ("image-preflight.io", "nodeimages"): {"list", "watch"},
                        ("node.k8s.io", "runtimeclasses"): {"list", "watch"}}
     assert all(set(rule) == {"apiGroups", "resources", "verbs"} for rule in rules)
     binding = _one(documents, "ClusterRoleBinding", "image-preflight")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "image-preflight"}
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": "image-preflight"}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "image-preflight", "namespace": NAMESPACE}]
     assert _pod_spec(documents)["serviceAccountName"] == "image-preflight"
 
@@ -549,9 +557,11 @@ def test_dockerfile_matches_the_deployment():
     assert re.search(r"^FROM \$\{BASE\}$", dockerfile, re.M)
     assert re.search(rf"^USER {context['runAsUser']}:{context['runAsGroup']}$", dockerfile, re.M)
     assert re.search(r'^ENTRYPOINT \["image-preflight", "serve"\]$', dockerfile, re.M)
-    admitted = {line[1:].strip("/") for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines() if line.startswith("!")}
+    admitted = {line[1:].strip("/") for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+                if line.startswith("!")}
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
-    folders = {setuptools.get("package-dir", {}).get(p, p.replace(".", "/")).split("/")[0] for p in setuptools["packages"]}
+    folders = {setuptools.get("package-dir", {}).get(p, p.replace(".", "/")).split("/")[0]
+               for p in setuptools["packages"]}
     assert folders | {"pyproject.toml", "README.md", "deploy/image/requirements.txt"} <= admitted
 
 
@@ -566,7 +576,8 @@ def test_generated_certificates_chain_to_the_ca_bundle_and_name_the_service():
     ca = x509.load_pem_x509_certificate(data["ca.crt"])
     serving = x509.load_pem_x509_certificate(data["tls.crt"])
     serving.verify_directly_issued_by(ca)
-    names = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(x509.DNSName)
+    names = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName)
     assert names == [f"{SERVICE}.{NAMESPACE}.svc", f"{SERVICE}.{NAMESPACE}.svc.cluster.local"]
     assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is True
     for hook in _one(documents, "ValidatingWebhookConfiguration")["webhooks"]:
@@ -599,7 +610,8 @@ def test_an_existing_secret_is_mounted_and_its_ca_given_is_the_bundle():
 def test_an_existing_secret_without_a_ca_bundle_is_refused_where_it_cannot_be_read():
     done = template({"certificates": {"mode": "secret"}}, check=False)
     assert done.returncode != 0
-    assert "certificates.secret.caBundle: not set, and no ca.crt in Secret image-preflight/image-preflight-tls" in done.stderr
+    assert ("certificates.secret.caBundle: not set, and no ca.crt in Secret image-preflight/image-preflight-tls"
+            in done.stderr)
 
 
 def test_cert_manager_issues_the_mounted_secret_and_injects_its_ca():
@@ -618,7 +630,8 @@ def test_cert_manager_issues_the_mounted_secret_and_injects_its_ca():
     issuers = {d["metadata"]["name"]: d for d in documents if d["kind"] == "Issuer"}
     certificates = {d["metadata"]["name"]: d for d in documents if d["kind"] == "Certificate"}
     ca_issuer = issuers[serving["spec"]["issuerRef"]["name"]]
-    (ca_certificate,) = [c for c in certificates.values() if c["spec"]["secretName"] == ca_issuer["spec"]["ca"]["secretName"]]
+    (ca_certificate,) = [c for c in certificates.values()
+                         if c["spec"]["secretName"] == ca_issuer["spec"]["ca"]["secretName"]]
     assert ca_certificate["spec"]["isCA"] is True
     assert "selfSigned" in issuers[ca_certificate["spec"]["issuerRef"]["name"]]["spec"]
     assert all(d["metadata"]["namespace"] == NAMESPACE for d in [*issuers.values(), *certificates.values()])
@@ -628,7 +641,8 @@ def test_cert_manager_with_an_issuer_of_yours_makes_no_ca_and_injects_into_both_
     documents = _docs("cert-manager-issuer")
     assert not [d for d in documents if d["kind"] == "Issuer"]
     (certificate,) = [d for d in documents if d["kind"] == "Certificate"]
-    assert certificate["spec"]["issuerRef"] == {"name": "cluster-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+    assert certificate["spec"]["issuerRef"] == {"name": "cluster-ca", "kind": "ClusterIssuer",
+                                                "group": "cert-manager.io"}
     for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
         assert _one(documents, kind)["metadata"]["annotations"] == {
             "cert-manager.io/inject-ca-from": f"{NAMESPACE}/image-preflight-serving"}
@@ -678,7 +692,8 @@ def test_steering_sends_pod_creates_to_mutate_like_the_validating_webhook():
         assert hook["namespaceSelector"] == validating["namespaceSelector"]
         # The same match conditions: agentlightningOnly steers only what it checks.
         assert hook.get("matchConditions") == validating.get("matchConditions")
-        assert (hook["failurePolicy"], hook["sideEffects"], hook["reinvocationPolicy"]) == ("Ignore", "None", "IfNeeded")
+        assert (hook["failurePolicy"], hook["sideEffects"], hook["reinvocationPolicy"]) == (
+            "Ignore", "None", "IfNeeded")
         assert hook["timeoutSeconds"] <= 3
         assert hook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
                                   "operations": ["CREATE"], "scope": "Namespaced"}]
@@ -908,7 +923,8 @@ def test_the_node_restriction_policy_binds_the_agents_writes_to_their_nodes():
     assert leases == {"apiGroups": ["coordination.k8s.io"], "apiVersions": ["*"], "resources": ["leases"],
                       "operations": ["CREATE", "UPDATE", "DELETE"]}
     (condition,) = policy["spec"]["matchConditions"]
-    assert condition["expression"] == f"request.userInfo.username == \"system:serviceaccount:{AGENT_NAMESPACE}:image-preflight-agent\""
+    assert condition["expression"] == (
+        f"request.userInfo.username == \"system:serviceaccount:{AGENT_NAMESPACE}:image-preflight-agent\"")
     assert "authentication.kubernetes.io/node-name" in policy["spec"]["variables"][0]["expression"]
     # A Pod-bound token only, and spec.nodeName checked too (a DELETE's from oldObject): its effect
     # on the real apiserver, tests/cluster/test_cluster_agent_policy.py.
@@ -919,7 +935,8 @@ def test_the_node_restriction_policy_binds_the_agents_writes_to_their_nodes():
     binding = _one(documents, "ValidatingAdmissionPolicyBinding", "image-preflight-agent-own-node")
     assert binding["spec"] == {"policyName": "image-preflight-agent-own-node", "validationActions": ["Deny"]}
     off = _docs_with({"agent": {"nodeRestriction": {"enabled": False}}})
-    assert not [d for d in off if d["kind"].startswith("ValidatingAdmissionPolicy") and "own-node" in d["metadata"]["name"]]
+    assert not [d for d in off
+                if d["kind"].startswith("ValidatingAdmissionPolicy") and "own-node" in d["metadata"]["name"]]
 
 
 @pytest.mark.parametrize("helm", ["helm", "helm4"])
@@ -970,23 +987,27 @@ def test_helm_test_runs_doctor_against_an_opted_in_namespace_of_its_own():
     assert selector_matches(_webhook(documents)["namespaceSelector"],
                             {**namespace["metadata"]["labels"], "kubernetes.io/metadata.name": "image-preflight-test"})
     # Helm 3's `helm test --logs` reads every test hook as a Pod: the Pod is the only one.
-    assert [d["kind"] for d in documents if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"] == ["Pod"]
+    assert [d["kind"] for d in documents
+            if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "test"] == ["Pod"]
     assert not [d for d in _docs("minimal") if "image-preflight-test" in d["metadata"]["name"]]
 
 
 def test_the_uninstall_hook_deletes_node_images_with_a_role_of_its_own():
     documents = _docs("default")
     hooks = [d for d in documents if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "post-delete"]
-    assert sorted(d["kind"] for d in hooks) == ["ClusterRole", "ClusterRoleBinding", "Job", "NetworkPolicy", "ServiceAccount"]
+    assert sorted(d["kind"] for d in hooks) == [
+        "ClusterRole", "ClusterRoleBinding", "Job", "NetworkPolicy", "ServiceAccount"]
     (job,) = [d for d in hooks if d["kind"] == "Job"]
     (container,) = job["spec"]["template"]["spec"]["containers"]
     args = build_parser()[0].parse_args([*container["command"][1:], *container["args"]])
     assert (args.command, args.action) == ("inventory", "delete")
     (role,) = [d for d in hooks if d["kind"] == "ClusterRole"]
-    assert role["rules"] == [{"apiGroups": ["image-preflight.io"], "resources": ["nodeimages"], "verbs": ["list", "delete"]}]
+    assert role["rules"] == [
+        {"apiGroups": ["image-preflight.io"], "resources": ["nodeimages"], "verbs": ["list", "delete"]}]
     # Roles first, the Job last; each gone once it succeeded.
     weights = {d["kind"]: int(d["metadata"]["annotations"].get("helm.sh/hook-weight", "0")) for d in hooks}
-    assert max(weights[k] for k in ("ClusterRole", "ClusterRoleBinding", "NetworkPolicy", "ServiceAccount")) < weights["Job"]
+    assert max(weights[k] for k in ("ClusterRole", "ClusterRoleBinding", "NetworkPolicy", "ServiceAccount")) \
+        < weights["Job"]
     assert {d["metadata"]["annotations"]["helm.sh/hook-delete-policy"] for d in hooks} == {
         "before-hook-creation,hook-succeeded,hook-failed"}
 
@@ -996,7 +1017,8 @@ def test_every_object_of_the_uninstall_hook_goes_whether_it_succeeds_or_fails():
     hook-failed. A failed hook's Job goes by hook-failed, the objects run before it by
     hook-succeeded; tests/cluster/test_cluster_agent_policy.py fails one for real."""
     for case in ("default", "minimal"):
-        hooks = [d for d in _docs(case) if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "post-delete"]
+        hooks = [d for d in _docs(case)
+                 if (d["metadata"].get("annotations") or {}).get("helm.sh/hook") == "post-delete"]
         assert hooks
         for hook in hooks:
             policies = hook["metadata"]["annotations"]["helm.sh/hook-delete-policy"].split(",")
@@ -1014,7 +1036,8 @@ def test_the_helm_test_account_writes_only_dry_runs():
     assert (rule["apiGroups"], rule["resources"]) == (["*"], ["*/*"])
     assert {"CREATE", "UPDATE", "DELETE"} <= set(rule["operations"])
     (condition,) = policy["spec"]["matchConditions"]
-    assert condition["expression"] == f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:image-preflight-test"'
+    assert condition["expression"] == (
+        f'request.userInfo.username == "system:serviceaccount:{NAMESPACE}:image-preflight-test"')
     assert [v["expression"] for v in policy["spec"]["validations"]] == ["request.dryRun == true"]
     assert policy["spec"]["failurePolicy"] == "Fail"
     binding = _one(documents, "ValidatingAdmissionPolicyBinding", "image-preflight-test-dry-runs-only")

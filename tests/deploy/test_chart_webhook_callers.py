@@ -14,7 +14,8 @@ CLIENT_CA = {"clientCASecret": "apiserver-client-ca"}
 
 
 def _serve_config(values: dict):
-    (deployment,) = [d for d in render(values) if d["kind"] == "Deployment" and d["metadata"]["name"] == "image-preflight"]
+    (deployment,) = [d for d in render(values)
+                     if d["kind"] == "Deployment" and d["metadata"]["name"] == "image-preflight"]
     return parse_config(["serve", *deployment["spec"]["template"]["spec"]["containers"][0]["args"]])
 
 

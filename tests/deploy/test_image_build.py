@@ -15,7 +15,6 @@ import pytest
 
 from image_preflight.agent import cri_pb2
 from tests.containerd import containerd2_binary, import_image, require_containerd
-from tests.release import IMAGE
 from tests.node.preflight_image import (
     BASE_NAME,
     NAME,
@@ -29,6 +28,7 @@ from tests.node.preflight_image import (
     run_in_image,
     run_step,
 )
+from tests.release import IMAGE
 
 # What a RUN sees of the network: its interfaces, whether the loopback is up, what a connect to an
 # address off the machine gets (with a route: a reply or a timeout, not ENETUNREACH).
@@ -250,5 +250,6 @@ def test_host_container_state_untouched(preflight_image):
     and buildah 1.28's blob-info cache whatever --root says) changed since the build began; run
     last, so that the probe build and the containers of the other tests count too."""
     state = Path("/var/lib/containers")
-    changed = [str(p) for p in (state, *state.rglob("*")) if p.exists() and p.lstat().st_mtime >= preflight_image.started]
+    changed = [str(p) for p in (state, *state.rglob("*"))
+               if p.exists() and p.lstat().st_mtime >= preflight_image.started]
     assert changed == []

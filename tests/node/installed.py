@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import shutil
-import ssl
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -25,8 +25,8 @@ from cryptography import x509
 from kubernetes.client.rest import ApiException
 
 from tests.agent_lightning import EXAMPLE, TEMPLATE
-from tests.chart import AGENT_NAMESPACE, NAMESPACE, RELEASE
 from tests.builders.stalls import ENFORCE_LABEL
+from tests.chart import AGENT_NAMESPACE, NAMESPACE, RELEASE
 from tests.controlplane.cluster import NODEIMAGES_CRD, ControlPlane, create_node, new_namespace, wait_for
 from tests.needs import record_figures
 from tests.node import netns, quickstart

@@ -27,8 +27,8 @@ import pytest
 
 from tests.containerd import Containerd, ctr, import_image
 from tests.needs import record_figures, unavailable
-from tests.release import IMAGE_NAME, VERSION
 from tests.node.real_node import mounts_under
+from tests.release import IMAGE_NAME, VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = IMAGE_NAME  # what `image: image-preflight:<version>` normalizes to

@@ -34,23 +34,23 @@ import kubernetes.client as k8s
 import pytest
 import yaml
 
+from image_preflight.agent.cri import ImageClient
+from tests.containerd import outside_requests, write_hosts_toml
 from tests.controlplane.cluster import (
     KUBELET_PORT,
+    SERVICE_CIDR,
     ControlPlane,
     Process,
     kubeconfig_document,
     require_control_plane,
-    SERVICE_CIDR,
     running_control_plane,
     terminate,
     wait_for,
     write_kubeconfig,
 )
-from image_preflight.agent.cri import ImageClient
 from tests.controlplane.network import TcpRelay
-from tests.node import netns
-from tests.containerd import outside_requests, write_hosts_toml
 from tests.needs import unavailable
+from tests.node import netns
 from tests.node.images import PAUSE_NAME, busybox_missing, write_images
 
 NAMESPACE = "k8s.io"

@@ -30,7 +30,8 @@ def test_a_missing_base_dependency_says_the_base_install_is_incomplete():
     """pyarrow is a dependency of the base install, not of an extra: say so, and name it."""
     code = ("import sys; sys.modules['pyarrow'] = None\n"
             "from image_preflight.cli import main\n"
-            f"raise SystemExit(main(['scan', {str(EXAMPLES / 'train.jsonl')!r}, '--image', '{{{{ input.image_name }}}}',"
+            f"raise SystemExit(main(['scan', {str(EXAMPLES / 'train.jsonl')!r}, "
+            f"'--image', '{{{{ input.image_name }}}}',"
             f" '--inventory', {str(EXAMPLES / 'nodes.json')!r}]))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 2, done.stderr

@@ -159,7 +159,8 @@ def test_each_extras_modules_are_what_pyproject_installs_for_it(extra):
     """faces.EXTRA_MODULES, the one list the CLI and the tests read, against pyproject.toml."""
     modules = {_distribution(m) for m in EXTRA_MODULES[extra]}
     assert modules <= _with_dependencies(_requirements(extra)), modules - _requirements(extra)
-    own = {_normal(re.match(r"[A-Za-z0-9_.-]+", r).group(0)) for r in PYPROJECT["project"]["optional-dependencies"][extra]
+    own = {_normal(re.match(r"[A-Za-z0-9_.-]+", r).group(0))
+           for r in PYPROJECT["project"]["optional-dependencies"][extra]
            if not r.startswith("image-preflight[")}
     assert own <= modules | _with_dependencies(modules), own - modules
 
@@ -195,4 +196,5 @@ def test_every_public_error_class_derives_from_preflight_error():
     branches = (InputError, UnavailableError)
     assert sorted(name for name, cls in errors.items()
                   if cls is not PreflightError and not issubclass(cls, branches)) == []
-    assert issubclass(UsageError, InputError) and issubclass(errors["image_preflight.agent.cri.CRIError"], UnavailableError)
+    assert issubclass(UsageError, InputError)
+    assert issubclass(errors["image_preflight.agent.cri.CRIError"], UnavailableError)

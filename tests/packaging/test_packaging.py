@@ -36,7 +36,8 @@ def _run(*args: str | Path, cwd: Path | None = None, check: bool = True, timeout
     result = subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True, env=env,
                             timeout=timeout)
     if check and result.returncode != 0:
-        raise AssertionError(f"{' '.join(map(str, args))} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+        raise AssertionError(f"{' '.join(map(str, args))} exited {result.returncode}:\n"
+                             f"{result.stdout}\n{result.stderr}")
     return result
 
 
@@ -89,8 +90,8 @@ def test_the_sdist_holds_the_package_and_builds_the_same_wheel(dist, wheel, tmp_
 def test_the_wheel_runs_the_readmes_scan_as_printed(base):
     """The README's first command, with the wheel installed in place of the clone (`pip install .`)."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    (printed,) = re.findall(r"^python3 -m venv \.venv && \.venv/bin/pip install -q \. && \.venv/bin/(image-preflight scan .*)$",
-                            readme, re.M)
+    (printed,) = re.findall(r"^python3 -m venv \.venv && \.venv/bin/pip install -q \. && "
+                            r"\.venv/bin/(image-preflight scan .*)$", readme, re.M)
     done = _run(base.parent / "image-preflight", *shlex.split(printed)[1:], cwd=ROOT)
     assert "missing image" in done.stdout and "wrote" not in done.stdout, done.stdout
 
@@ -163,7 +164,8 @@ def test_a_base_install_runs_the_scanner_and_names_the_extra_the_others_need(bas
         assert helped.returncode == 0 and helped.stdout.startswith(f"usage: image-preflight {command}"), helped
         note = " ".join(helped.stdout.split("\n\n")[-1].split())
         assert note == (f"Not runnable here: this command needs the '{extra}' extra (no module named "
-                        f"{note.split('no module named ')[1].split(')')[0]}): pip install 'image-preflight[{extra}]'."), note
+                        f"{note.split('no module named ')[1].split(')')[0]}): "
+                        f"pip install 'image-preflight[{extra}]'."), note
         result = _run(cli, command, *runs[command], cwd=shadowing, check=False)
         assert result.returncode == 2, (command, result.stdout, result.stderr)
         (line,) = result.stderr.strip().splitlines()

@@ -17,7 +17,8 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "swe-smith"
     ('{{ input.image_name }}:{% include "tag" %}', "cannot load other templates (no template loader)"),
 ])
 def test_a_bad_image_expression_is_reported_by_the_expression_not_a_generated_line(expression, problem, capsys):
-    code = main(["scan", str(EXAMPLES / "train.jsonl"), "--image", expression, "--inventory", str(EXAMPLES / "nodes.json")])
+    code = main(["scan", str(EXAMPLES / "train.jsonl"), "--image", expression,
+                 "--inventory", str(EXAMPLES / "nodes.json")])
     assert code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line == f"image-preflight scan: --image {expression!r}: {problem}"
@@ -37,5 +38,6 @@ def test_the_config_refuses_what_the_flags_cannot_mean_together():
     with pytest.raises(UsageError, match="^--steer decides by one node holding every image: it takes no --require$"):
         ScanConfig(datasets=(Path("d.jsonl"),), image="x", steer=True, require="any")
     with pytest.raises(UsageError, match="^--kubeconfig and --context read the cluster: give them or --inventory"):
-        ScanConfig(datasets=(Path("d.jsonl"),), image="x", inventory=(Path("n.json"),), cluster=ClusterFlags(context="c"))
+        ScanConfig(datasets=(Path("d.jsonl"),), image="x", inventory=(Path("n.json"),),
+                   cluster=ClusterFlags(context="c"))
     assert ScanConfig(datasets=(Path("d.jsonl"),), image="x", steer=True).rule == "one-node"

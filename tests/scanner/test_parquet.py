@@ -8,9 +8,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from image_preflight.cli import main
+from image_preflight.core.decide.inventory import Inventory, NodeImages
 from image_preflight.scanner.judge import RowJudge, make_template
 from image_preflight.scanner.scan import scan
-from image_preflight.core.decide.inventory import Inventory, NodeImages
 
 NESTED = "{{ input.extra_info.sandbox_overrides.docker_image }}"
 
@@ -84,7 +84,8 @@ def test_nested_struct_image_column_wise_and_output_identical(tmp_path):
     assert pq.read_table(tmp_path / "out" / "train.parquet") == pq.read_table(source).filter(
         pa.array([i % 3 != 1 for i in range(30)])
     )
-    assert pq.read_table(tmp_path / "out" / "train.parquet").to_pylist() == [r for i, r in enumerate(rows) if i % 3 != 1]
+    assert pq.read_table(tmp_path / "out" / "train.parquet").to_pylist() == [
+        r for i, r in enumerate(rows) if i % 3 != 1]
     assert source.read_bytes() == before
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["train.parquet"]
 
@@ -206,7 +207,8 @@ def test_cli_mixes_parquet_and_jsonl_and_writes_each_in_its_format(tmp_path, mon
 def test_unreadable_parquet_exits_2(tmp_path, capsys, content):
     (tmp_path / "refs.txt").write_text("good:1\n")
     (tmp_path / "bad.parquet").write_bytes(content)
-    assert main(["scan", str(tmp_path / "bad.parquet"), "--image", NESTED, "--inventory", str(tmp_path / "refs.txt")]) == 2
+    assert main(["scan", str(tmp_path / "bad.parquet"), "--image", NESTED,
+                 "--inventory", str(tmp_path / "refs.txt")]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and err.count("\n") == 1 and "bad.parquet" in err
 
@@ -214,7 +216,8 @@ def test_unreadable_parquet_exits_2(tmp_path, capsys, content):
 def test_empty_parquet_exits_2(tmp_path, capsys):
     (tmp_path / "refs.txt").write_text("good:1\n")
     write_table(tmp_path / "empty.parquet", [])
-    assert main(["scan", str(tmp_path / "empty.parquet"), "--image", NESTED, "--inventory", str(tmp_path / "refs.txt")]) == 2
+    assert main(["scan", str(tmp_path / "empty.parquet"), "--image", NESTED,
+                 "--inventory", str(tmp_path / "refs.txt")]) == 2
     assert "empty.parquet: no rows" in capsys.readouterr().err
 
 

@@ -46,7 +46,8 @@ def test_kept_rows_stream_batch_by_batch_into_bounded_row_groups(tmp_path, monke
     assert [d.row for d in result.files[0].dropped] == [i for i in range(50) if i % 3 == 1]
     assert pq.read_table(output).to_pylist() == [r for i, r in enumerate(rows) if i % 3 != 1]
     assert_same_schema(source, output)
-    groups = [pq.ParquetFile(output).metadata.row_group(g).num_rows for g in range(pq.ParquetFile(output).metadata.num_row_groups)]
+    groups = [pq.ParquetFile(output).metadata.row_group(g).num_rows
+              for g in range(pq.ParquetFile(output).metadata.num_row_groups)]
     assert len(groups) > 1 and max(groups) <= 8 and sum(groups) == result.files[0].kept
 
 

@@ -5,10 +5,10 @@ import json
 import pytest
 import yaml
 
+from image_preflight.core.decide.inventory import Inventory, NodeImages
 from image_preflight.scanner import filter_rows
 from image_preflight.scanner.judge import INVALID, KEPT, MISSING_IMAGE, UNRENDERABLE, RowJudge, make_template
 from image_preflight.scanner.render import JobTemplate, RowError, TemplateError, yaml_escape
-from image_preflight.core.decide.inventory import Inventory, NodeImages
 from tests.builders.rows import SWE_TEMPLATE, controller_render, job_template
 
 NESTED_TEMPLATE = job_template("{{ input.extra_info.sandbox_overrides.docker_image | yaml_escape }}")
@@ -79,7 +79,8 @@ def test_unknown_top_level_variable_is_not_blamed_on_the_row():
     [
         ({}, r"field input\.extra_info\.sandbox_overrides\.docker_image: missing"),
         ({"extra_info": {}}, r"field input\.extra_info\.sandbox_overrides\.docker_image: missing"),
-        ({"extra_info": None}, r"input\.extra_info\.sandbox_overrides\.docker_image: missing \(input\.extra_info is null\)"),
+        ({"extra_info": None},
+         r"input\.extra_info\.sandbox_overrides\.docker_image: missing \(input\.extra_info is null\)"),
         ({"extra_info": {"sandbox_overrides": {}}}, r"field input\.extra_info\.sandbox_overrides\.docker_image"),
         ({"extra_info": {"sandbox_overrides": None}}, r"field input\.extra_info\.sandbox_overrides\.docker_image"),
     ],

@@ -32,7 +32,9 @@ def _row(rng: random.Random, **fields) -> dict:
 
 def _number(rng: random.Random) -> str:
     """A JSON number token, valid or not quite: huge and tiny, many digits, odd forms."""
-    digits = lambda n: str(rng.randint(1, 9)) + "".join(rng.choice("0123456789") for _ in range(n - 1))
+    def digits(n: int) -> str:
+        return str(rng.randint(1, 9)) + "".join(rng.choice("0123456789") for _ in range(n - 1))
+
     return rng.choice([
         lambda: digits(rng.choice([1, 19, 20, 309, 4300, 4301, 5000, rng.randint(1, 8000)])),
         lambda: "-" + digits(rng.randint(1, 6000)),

@@ -100,10 +100,11 @@ def test_piped_the_scan_prints_one_plain_record_a_line():
     lines = done.stdout.splitlines()
     assert "\x1b" not in done.stdout and not re.search("[\u2500-\u257f…]", done.stdout)  # no escapes, no boxes
     assert all(line == line.strip() and "  " not in line for line in lines), lines  # no padding
-    assert all(line.startswith(KINDS) for line in lines), [l for l in lines if not l.startswith(KINDS)]
+    assert all(line.startswith(KINDS) for line in lines), [line for line in lines if not line.startswith(KINDS)]
     files, images = _names()
     assert [line for line in lines if line.startswith("missing image ")] == [
-        f"missing image {images[0]}: 8 rows", f"missing image {images[1]}: 6 rows", f"missing image {images[2]}: 6 rows"]
+        f"missing image {images[0]}: 8 rows", f"missing image {images[1]}: 6 rows",
+        f"missing image {images[2]}: 6 rows"]
     # One long line is one line: a reason is never wrapped onto the next.
     assert f"dropped {files[0]} row 3: missing: {images[0].removeprefix('docker.io/')} (not on cpu-node-1)" in lines
     assert _cli(*README_SCAN, env={"NO_COLOR": "1"}).stdout == done.stdout
@@ -206,6 +207,7 @@ def test_a_max_images_below_minus_1_is_refused_in_one_line(command, capsys, monk
 
 def test_a_json_inventory_that_is_not_json_is_said_to_be_not_json(tmp_path, capsys):
     (tmp_path / "nodes.json").write_text("this is {not json\n")
-    assert main(["scan", str(EXAMPLE / "train.jsonl"), "--image", IMAGE, "--inventory", str(tmp_path / "nodes.json")]) == 2
+    assert main(["scan", str(EXAMPLE / "train.jsonl"), "--image", IMAGE,
+                 "--inventory", str(tmp_path / "nodes.json")]) == 2
     assert capsys.readouterr().err == (f"image-preflight scan: {tmp_path / 'nodes.json'}: not JSON (a .json snapshot "
                                        "starts with { or [), found 'this is {not json'\n")

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from image_preflight.cli import main
 from image_preflight import load_inventory
+from image_preflight.cli import main
+from image_preflight.core.decide.inventory import Inventory, NodeImages
 from image_preflight.scanner import filter_rows
 from image_preflight.scanner.judge import DROP_REASONS
-from image_preflight.core.decide.inventory import Inventory, NodeImages
 from tests.builders.nodes import kube_node, library_images
 from tests.builders.rows import SWE_TEMPLATE
 
@@ -160,8 +160,8 @@ def test_out_dir_gets_the_kept_rows_verbatim_in_order(work, capsys):
     out = capsys.readouterr().out
     table = summary(out)
     assert table["data/train.jsonl"] == {
-        "rows": 4, "kept": 3, "unconfirmed": 0, "dropped": 1, "missing": 1, "unknown": 0, "unrenderable": 0, "invalid": 0, "no-eligible-node": 0,
-        "no-sandbox-image": 0,
+        "rows": 4, "kept": 3, "unconfirmed": 0, "dropped": 1, "missing": 1, "unknown": 0, "unrenderable": 0,
+        "invalid": 0, "no-eligible-node": 0, "no-sandbox-image": 0,
     }
     assert table["data/val.json"]["kept"] == 1 and table["data/val.json"]["missing"] == 1
 
@@ -206,7 +206,8 @@ def test_a_created_out_dir_is_removed_again_when_the_scan_fails(work, capsys):
     write_jsonl(work / "train.jsonl", rows_of("good"))
     (work / "broken.jsonl").write_text("{not json\n")
     before = snapshot(work)
-    args = ["scan", "train.jsonl", "broken.jsonl", "--image", IMAGE, "--inventory", "nodes.json", "--out-dir", "new/dir"]
+    args = ["scan", "train.jsonl", "broken.jsonl", "--image", IMAGE, "--inventory", "nodes.json",
+            "--out-dir", "new/dir"]
     assert main(args) == 2
     assert "broken.jsonl:1" in one_line_error(capsys)
     assert snapshot(work) == before and not (work / "new").exists()
@@ -367,8 +368,8 @@ def pin_rows(work):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    write_nodes(work / "nodes.json", kube_node("node-a", library_images("good:openai", "other:openai", "tools-a:v1", "tools-b:v1",
-                                                     "proxy:v2")))
+    write_nodes(work / "nodes.json", kube_node("node-a", library_images("good:openai", "other:openai", "tools-a:v1",
+                                                                        "tools-b:v1", "proxy:v2")))
     (work / "pin.yaml").write_text(PIN_TEMPLATE)
     train = [{"image_name": "good:openai", "tools": "tools-a"},
              {"image_name": "lost:openai", "tools": "tools-b"},  # dropped: neither of its images is needed
@@ -425,7 +426,8 @@ def test_the_api_returns_the_lines_the_file_holds(work, pin_rows):
 
 def test_rows_kept_unknown_need_their_images(work):
     filler = [f"filler-{i}:v1" for i in range(49)]
-    write_nodes(work / "big.json", kube_node("big", library_images("good:openai", *filler)))  # 50 images: the kubelet's cap
+    # 50 images: the kubelet's cap
+    write_nodes(work / "big.json", kube_node("big", library_images("good:openai", *filler)))
     write_jsonl(work / "train.jsonl", rows_of("good", "absent", "lost"))
     args = ["scan", "train.jsonl", "--image", IMAGE, "--inventory", "big.json", "--needed-images", "needed.txt"]
     assert main(args) == 0
@@ -497,7 +499,8 @@ def test_image_shortcut_drops_like_the_template(work):
 @pytest.mark.parametrize(("require", "kept"), [("all", 1), ("any", 2), ("steer", 2)])
 def test_require_all_or_any_node_or_steer(work, require, kept):
     """--steer keeps a row when one eligible node holds its images, as `serve --steer` admits its Job."""
-    write_nodes(work / "two.json", kube_node("n1", library_images("shared:openai", "only-n1:openai")), kube_node("n2", library_images("shared:openai")))
+    write_nodes(work / "two.json", kube_node("n1", library_images("shared:openai", "only-n1:openai")),
+                kube_node("n2", library_images("shared:openai")))
     write_jsonl(work / "train.jsonl", rows_of("shared", "only-n1", "nowhere"))
     choice = ["--steer"] if require == "steer" else ["--require", require]
     code = main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "two.json", *choice,
@@ -523,7 +526,8 @@ def test_steer_takes_no_require(work, capsys):
 
 def test_truncated_node_list_is_unknown_unless_kept(work):
     filler = [f"filler-{i}:v1" for i in range(49)]
-    write_nodes(work / "big.json", kube_node("big", library_images("good:openai", *filler)))  # 50 images: the kubelet's cap
+    # 50 images: the kubelet's cap
+    write_nodes(work / "big.json", kube_node("big", library_images("good:openai", *filler)))
     write_jsonl(work / "train.jsonl", rows_of("good", "absent"))
     args = ["scan", "train.jsonl", "--image", IMAGE, "--inventory", "big.json", "--report", "report.json"]
 
@@ -551,7 +555,8 @@ def test_node_selector_matching_no_node_is_no_eligible_node(work):
 
 
 def test_tainted_node_is_not_eligible(work):
-    write_nodes(work / "two.json", kube_node("gpu", library_images("good:openai"), taints=[{"key": "gpu", "effect": "NoSchedule"}]),
+    write_nodes(work / "two.json",
+                kube_node("gpu", library_images("good:openai"), taints=[{"key": "gpu", "effect": "NoSchedule"}]),
                 kube_node("cpu", library_images("other:openai")))
     write_jsonl(work / "train.jsonl", rows_of("good"))
     assert main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "two.json", "--report", "r.json"]) == 0
@@ -560,7 +565,8 @@ def test_tainted_node_is_not_eligible(work):
 
 
 def test_several_inventory_files_are_merged(work):
-    (work / "crictl.json").write_text(json.dumps({"images": [{"id": "sha256:" + "a" * 64, "repoTags": ["docker.io/library/x:1"]}]}))
+    (work / "crictl.json").write_text(json.dumps({"images": [{"id": "sha256:" + "a" * 64,
+                                                              "repoTags": ["docker.io/library/x:1"]}]}))
     (work / "refs.txt").write_text("lost:openai\n")
     write_jsonl(work / "train.jsonl", rows_of("lost", "good"))
     code = main(["scan", "train.jsonl", "--image", IMAGE, "--inventory", "crictl.json", "--inventory", "refs.txt",
@@ -651,8 +657,8 @@ def test_unknown_extension_is_refused_before_anything_is_read(work, capsys):
 def test_template_and_image_are_exclusive(work, capsys):
     write_jsonl(work / "d.jsonl", rows_of("good"))
     assert main(["scan", "d.jsonl", "--image", IMAGE, "--template", "job.yaml", "--inventory", "nodes.json"]) == 2
-    assert one_line_error(capsys).strip() == ("image-preflight scan: argument --template: not allowed with argument --image "
-                                      "(see image-preflight scan --help)")
+    assert one_line_error(capsys).strip() == ("image-preflight scan: argument --template: not allowed with argument "
+                                              "--image (see image-preflight scan --help)")
 
 
 def test_filter_rows_judges_agent_leases_at_the_current_time():
@@ -777,7 +783,8 @@ def test_progress_knows_the_total_before_the_rows_are_done(work, suffix):
         def advance(self, n):
             events.append(("advance", n))
 
-    judge = RowJudge(make_template(None, IMAGE), load_inventory_file(work / "nodes.json", max_images=DEFAULT_MAX_IMAGES))
+    judge = RowJudge(make_template(None, IMAGE),
+                     load_inventory_file(work / "nodes.json", max_images=DEFAULT_MAX_IMAGES))
     scan([path], judge, progress=Recorder())
     assert events[0] == ("total", 5000)
     advances = [n for kind, n in events if kind == "advance"]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from image_preflight.scanner.judge import KEPT, MISSING_IMAGE, UNRENDERABLE, RowJudge
-from image_preflight.scanner.render import JobTemplate
 from image_preflight.core.decide.inventory import Inventory, NodeImages
 from image_preflight.core.decide.scheduling import NodeTraits
+from image_preflight.scanner.judge import KEPT, MISSING_IMAGE, UNRENDERABLE, RowJudge
+from image_preflight.scanner.render import JobTemplate
 
 HEADER = """apiVersion: batch/v1
 kind: Job
@@ -99,18 +99,28 @@ TEMPLATES = {
 }
 
 ROWS = [
-    {"instance_id": "i-1", "image_name": "app", "image": "app:openai", "pool": "cpu", "custom": False, "containers": ["app"]},
-    {"instance_id": "i-2", "image_name": "gone", "image": "gone:openai", "pool": "cpu", "custom": False, "containers": ["gone"]},
-    {"instance_id": "app:openai", "image_name": "app", "image": "gone:openai", "pool": "cpu", "custom": True, "containers": []},
-    {"instance_id": "gone:openai", "image_name": "app", "image": "app:openai", "pool": "cpu", "custom": True, "containers": ["app", "gone"]},
-    {"instance_id": "with: colon # and hash", "image_name": "app", "image": "app:openai", "pool": "gpu", "custom": False, "containers": ["app"]},
-    {"instance_id": "delete \x7f char", "image_name": "app", "image": "app:openai", "pool": "cpu", "custom": False, "containers": ["app"]},
-    {"instance_id": "astral \U0001f600", "image_name": "app", "image": "app:openai", "pool": "cpu", "custom": False, "containers": ["app"]},
+    {"instance_id": "i-1", "image_name": "app", "image": "app:openai", "pool": "cpu", "custom": False,
+     "containers": ["app"]},
+    {"instance_id": "i-2", "image_name": "gone", "image": "gone:openai", "pool": "cpu", "custom": False,
+     "containers": ["gone"]},
+    {"instance_id": "app:openai", "image_name": "app", "image": "gone:openai", "pool": "cpu", "custom": True,
+     "containers": []},
+    {"instance_id": "gone:openai", "image_name": "app", "image": "app:openai", "pool": "cpu", "custom": True,
+     "containers": ["app", "gone"]},
+    {"instance_id": "with: colon # and hash", "image_name": "app", "image": "app:openai", "pool": "gpu",
+     "custom": False, "containers": ["app"]},
+    {"instance_id": "delete \x7f char", "image_name": "app", "image": "app:openai", "pool": "cpu", "custom": False,
+     "containers": ["app"]},
+    {"instance_id": "astral \U0001f600", "image_name": "app", "image": "app:openai", "pool": "cpu", "custom": False,
+     "containers": ["app"]},
     {"image_name": "app", "image": "app:openai", "pool": "cpu", "custom": False, "containers": ["app"]},
-    {"instance_id": "i-9", "image_name": "App", "image": "App:openai", "pool": "cpu", "custom": False, "containers": ["App"]},
+    {"instance_id": "i-9", "image_name": "App", "image": "App:openai", "pool": "cpu", "custom": False,
+     "containers": ["App"]},
     {"instance_id": "i-10", "image_name": "app", "pool": "cpu", "custom": False, "containers": ["app"]},
-    {"instance_id": None, "image_name": "app", "image": "app:openai", "pool": "cpu", "custom": False, "containers": ["app"]},
-    {"instance_id": "i-12", "image_name": "app", "image": "app:openai", "pool": "gpu", "custom": False, "containers": ["app"]},
+    {"instance_id": None, "image_name": "app", "image": "app:openai", "pool": "cpu", "custom": False,
+     "containers": ["app"]},
+    {"instance_id": "i-12", "image_name": "app", "image": "app:openai", "pool": "gpu", "custom": False,
+     "containers": ["app"]},
     {"instance_id": "i-13", "image_name": "app", "image": "app:openai", "custom": False, "containers": ["app"]},
     {"instance_id": "i-14", "image": "app:openai", "pool": "cpu", "custom": True, "containers": ["app"]},
 ]

@@ -42,7 +42,7 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path):
     target = tmp_path / "tls.crt"
     target.write_bytes(b"old")
     with pytest.raises(TypeError):
-        write_atomic(target, object(), 0o644)  # type: ignore[arg-type]
+        write_atomic(target, object(), 0o644)  # type: ignore[arg-type]  # the wrong type is the test
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["tls.crt"]
 

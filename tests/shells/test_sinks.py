@@ -15,9 +15,9 @@ from image_preflight.kube.node_images import RenewalSink, RuntimeSink
 from image_preflight.kube.nodes import NodeSink
 from image_preflight.kube.runtime_classes import RuntimeClassSink
 from image_preflight.kube.watch import ResourceWatcher
-from image_preflight.webhook.live_inventory import LiveInventory
 from image_preflight.watchdog.metrics import Metrics
 from image_preflight.watchdog.runner import Watchdog
+from image_preflight.webhook.live_inventory import LiveInventory
 from tests.builders.nodes import OBSERVED, PYTHON, kube_node, runtime
 from tests.builders.stalls import NS, WEBHOOKS, failed_create, waiting_pod
 

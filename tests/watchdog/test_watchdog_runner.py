@@ -13,7 +13,8 @@ from image_preflight.core.watchdog.stalls import Stalls
 from image_preflight.watchdog.actions import Handled
 from image_preflight.watchdog.metrics import Metrics
 from image_preflight.watchdog.runner import RETRY_S, Watchdog
-from tests.builders.stalls import NS, WEBHOOKS, failed_create, waiting_pod as pod
+from tests.builders.stalls import NS, WEBHOOKS, failed_create
+from tests.builders.stalls import waiting_pod as pod
 
 
 class Clock:
@@ -60,7 +61,8 @@ def test_a_stuck_pod_is_acted_on_after_the_grace_and_logged_as_one_json_line(cap
             dog.act(stall)
     assert actions.handled == [("pod/pod-uid", 15.0)]
     (line,) = [json.loads(r.getMessage()) for r in caplog.records]
-    assert (line["action"], line["reason"], line["job"], line["node"]) == ("failed", "ErrImageNeverPull", "agl-rollout-1", "cpu-a")
+    assert (line["action"], line["reason"], line["job"], line["node"]) == (
+        "failed", "ErrImageNeverPull", "agl-rollout-1", "cpu-a")
     assert _sample(metrics, "image_preflight_watchdog_actions_total", action="failed", reason="ErrImageNeverPull") == 1
     assert _sample(metrics, "image_preflight_watchdog_action_delay_seconds_sum") == 15.0
 

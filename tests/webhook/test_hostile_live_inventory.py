@@ -17,7 +17,6 @@ from tests.builders.reviews import ABSENT, EXAMPLE_NODES, missing_job_review
 from tests.hostile_inventories import ALPHA, BETA, GVISOR, HOSTILE, SEED_NODE, holding, mutate, outcome, set_in, write
 from tests.serving import wait_until
 
-
 # --- the file poller goes on after every hostile file ----------------------------------------------
 
 
@@ -201,7 +200,7 @@ def test_fuzzed_objects_never_raise_from_the_live_inventory():
 # --- end to end: serve --inventory goes on after a hostile file -------------------------------------
 
 
-def test_serve_keeps_answering_through_hostile_files_and_reads_the_next_good_one(start_webhook, tmp_path, caplog):  # noqa: F811
+def test_serve_keeps_answering_through_hostile_files_and_reads_the_next_good_one(start_webhook, tmp_path, caplog):
     snapshot = write(tmp_path / "nodes.json", EXAMPLE_NODES.read_text())
     webhook = start_webhook("--inventory", str(snapshot))
     assert webhook.post(missing_job_review())[1]["response"]["allowed"] is False

@@ -15,20 +15,20 @@ import time
 
 import pytest
 
-from tests.builders.reviews import EXAMPLE_NODES, missing_job_review, pod_spec, review, three_nodes, workload
-from tests.serving import HOST, Webhook, client_context
-from image_preflight.core.decide.decision import MISSING, Decision, ImageVerdict
 from image_preflight.core.admission.messages import MAX_MESSAGE, denial_message
+from image_preflight.core.decide.decision import MISSING, Decision, ImageVerdict
 from image_preflight.core.decide.workloads import ContainerImage
 from image_preflight.webhook import protocol
 from image_preflight.webhook.protocol import DeadlineProtocol
+from tests.builders.reviews import EXAMPLE_NODES, missing_job_review, pod_spec, review, three_nodes, workload
+from tests.serving import HOST, Webhook, client_context
 
 ABSENT = "swesmith.x86_64.absent:openai"
 HELD = "jyangballin/swesmith.x86_64.mahmoud_1776_boltons.3bfe2bb7:openai"
 
 
 @pytest.fixture
-def webhook(start_webhook, caplog) -> Webhook:  # noqa: F811 - fixture
+def webhook(start_webhook, caplog) -> Webhook:
     caplog.set_level(logging.WARNING, logger="image_preflight")
     return start_webhook("--inventory", str(EXAMPLE_NODES))
 
@@ -60,7 +60,8 @@ def _no_internal_errors(caplog) -> None:
 
 
 def test_a_number_of_thousands_of_digits_is_400(webhook, caplog):
-    body = _text(review(workload("Job", pod_spec(ABSENT)))).replace(b'"backoffLimit": 0', b'"backoffLimit": 1' + b"0" * 5000)
+    body = _text(review(workload("Job", pod_spec(ABSENT)))).replace(b'"backoffLimit": 0',
+                                                                    b'"backoffLimit": 1' + b"0" * 5000)
     assert _answer(webhook, body)[0] == 400
     _no_internal_errors(caplog)
 

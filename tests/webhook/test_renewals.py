@@ -10,9 +10,9 @@ import random
 import time
 from dataclasses import replace
 
+from image_preflight.core.decide.decision import decide
 from image_preflight.core.sources.runtime_lists import AGENT_NAMESPACE, lease_object
 from image_preflight.webhook.live_inventory import RENEWALS_WITHIN_S, LiveInventory
-from image_preflight.core.decide.decision import decide
 from tests.builders.inventories import SWE, pod
 from tests.builders.nodes import OBSERVED, RUNTIME_IMAGES, kube_node, runtime, status_image
 

@@ -21,15 +21,15 @@ import pytest
 
 from image_preflight.certs.authority import issue_serving_cert, new_private_key
 from image_preflight.certs.store import CertRequest, certificate_pem, ensure_certificates, private_key_pem
-from image_preflight.files.atomic import write_atomic
-from image_preflight.errors import InputError, UnavailableError
-from tests.agent_lightning import fails_at_once
-from tests.builders.reviews import ABSENT, EXAMPLE_NODES, missing_job_review, pod_spec, review, three_nodes, workload
 from image_preflight.core.admission.settings import Settings
+from image_preflight.core.decide.inventory import Inventory
+from image_preflight.errors import InputError, UnavailableError
+from image_preflight.files.atomic import write_atomic
 from image_preflight.webhook.app import WebhookState, create_app, parse_timeout
 from image_preflight.webhook.command import build_server
-from image_preflight.core.decide.inventory import Inventory
 from image_preflight.webhook.metrics import Metrics
+from tests.agent_lightning import fails_at_once
+from tests.builders.reviews import ABSENT, EXAMPLE_NODES, missing_job_review, pod_spec, review, three_nodes, workload
 from tests.serving import (
     DEADLINE,
     HOST,
@@ -417,7 +417,8 @@ def test_with_steer_mutate_answers_a_pod_with_a_patch_and_validate_admits_its_jo
     status, reply = webhook.post(review(workload("Pod", pod_spec(image))), path="/mutate?timeout=2s")
     assert status == 200 and reply["response"]["allowed"] is True and reply["response"]["patchType"] == "JSONPatch"
     operations = json.loads(base64.b64decode(reply["response"]["patch"]))
-    assert operations[0]["path"] == "/spec/affinity" and operations[0]["value"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+    assert operations[0]["path"] == "/spec/affinity"
+    assert operations[0]["value"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
             "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b"]}]}]}
     status, reply = webhook.post(review(workload("Job", pod_spec(image))))
     assert status == 200 and reply["response"]["allowed"] is True  # one eligible node holds it

@@ -7,6 +7,7 @@ import base64
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from image_preflight.core.admission import messages
 from image_preflight.core.admission.settings import Mode
@@ -43,7 +44,7 @@ LOGGED_IMAGES, LOGGED_CHARS = 20, 512
 class Answer:
     """The AdmissionReview answering one review, plus what the decision log line and metrics need."""
 
-    review: dict
+    review: dict[str, Any]
     decision: ReviewDecision
     kind: str = ""
     namespace: str = ""
@@ -54,7 +55,7 @@ class Answer:
     detail: str = ""
 
     @classmethod
-    def of(cls, request: Mapping, obj: Mapping) -> "Answer":
+    def of(cls, request: Mapping[str, Any], obj: Mapping[str, Any]) -> "Answer":
         """Not yet decided: what the request says about itself."""
         kind_info, metadata = as_mapping(request.get("kind")), as_mapping(obj.get("metadata"))
         return cls(
@@ -67,7 +68,7 @@ class Answer:
             uid=request["uid"],
         )
 
-    def log_record(self) -> dict:
+    def log_record(self) -> dict[str, Any]:
         images = self.images
         if len(images) > LOGGED_IMAGES or max(map(len, images), default=0) > LOGGED_CHARS:  # else as they are
             images = [i if len(i) <= LOGGED_CHARS else i[:LOGGED_CHARS] + "..." for i in images[:LOGGED_IMAGES]]
@@ -81,12 +82,12 @@ class Answer:
 
 
 def reply(
-    answer: Answer, review: Mapping, *, allowed: bool, message: str = "", warnings: list[str] | None = None,
+    answer: Answer, review: Mapping[str, Any], *, allowed: bool, message: str = "", warnings: list[str] | None = None,
     patch: str | None = None,
 ) -> Answer:
     """Complete `answer` with the AdmissionReview answering `review`; `patch` a JSONPatch as JSON.
     Every AdmissionReview the webhook sends is built here."""
-    response: dict = {"uid": answer.uid, "allowed": allowed}
+    response: dict[str, Any] = {"uid": answer.uid, "allowed": allowed}
     if not allowed:
         response["status"] = {"code": 422, "reason": "Invalid", "message": message}
     if warnings:
@@ -98,7 +99,7 @@ def reply(
     return answer
 
 
-def internal_error(review: Mapping, exc: Exception) -> Answer:
+def internal_error(review: Mapping[str, Any], exc: Exception) -> Answer:
     """The answer when deciding `review` failed: allowed, "not checked", never a 500 (the apiserver
     would apply failurePolicy blindly). Built from the uid alone: the rest may be what failed."""
     request = review["request"]
@@ -109,7 +110,7 @@ def internal_error(review: Mapping, exc: Exception) -> Answer:
                  warnings=[f"image-preflight: internal error, not checked ({type(exc).__name__})"])
 
 
-def refusal(message: str) -> dict:
+def refusal(message: str) -> dict[str, Any]:
     """The body of an HTTP error (400, 408, 413): the request is not a review this webhook can
     answer, so there is no uid to answer with, and the apiserver treats the call as failed."""
     return {"error": message}

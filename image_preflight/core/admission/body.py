@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from image_preflight.core.admission.answers import API_VERSION, Answer
 from image_preflight.core.admission.settings import Settings
@@ -21,7 +22,7 @@ class BadReview(InputError):
     """Not an AdmissionReview this webhook can answer (HTTP 400)."""
 
 
-def parse_review(body: bytes, *, loads: Callable[[bytes], object] | None = None) -> dict:
+def parse_review(body: bytes, *, loads: Callable[[bytes], object] | None = None) -> dict[str, Any]:
     """The review in `body`. `loads` parses JSON from bytes and must refuse invalid UTF-8 (the
     webhook passes orjson.loads, which also refuses lone surrogates, NaN and nesting past 1024);
     by default the standard library's, after a strict UTF-8 decode."""
@@ -51,7 +52,8 @@ def refusing_deep_reviews(answer: Callable[..., Answer]) -> Callable[..., Answer
     would cost a sixth of an answer."""
 
     @functools.wraps(answer)
-    def refusing(review: Mapping, inventory: Inventory, settings: Settings, *, now: float | None = None) -> Answer:
+    def refusing(review: Mapping[str, Any], inventory: Inventory, settings: Settings, *,
+                 now: float | None = None) -> Answer:
         try:
             return answer(review, inventory, settings, now=now)
         except RecursionError:

@@ -29,12 +29,14 @@ def denial_message(decision: Decision) -> str:
     """Name as many images as fit in MAX_MESSAGE and count the rest, so the advice survives the
     limit. Linear in the number of images: clauses are built only while they fit. Nodes that
     start no pod are named once, for their sandbox image, not under each image."""
-    flagged: list = sandbox_clauses(decision) + [v for v in decision.verdicts if v.status == INVALID] + [
+    flagged: list[str | ImageVerdict] = sandbox_clauses(decision) + [
+        v for v in decision.verdicts if v.status == INVALID] + [
         v for v in decision.verdicts if v.status == MISSING and decision.image_missing_on(v)]
     advice = ""
     if any(not isinstance(v, str) and v.status == MISSING for v in flagged):
         advice = f"; the pod would wait in ImagePullBackOff/ErrImageNeverPull: {ADVICE}"
-    head, size, shown = "invalid: ", len(b"invalid: "), []
+    head, size = "invalid: ", len(b"invalid: ")
+    shown: list[str] = []
     for index, verdict in enumerate(flagged):
         clause = verdict if isinstance(verdict, str) else _clause(verdict, decision)
         rest = len(flagged) - index - 1

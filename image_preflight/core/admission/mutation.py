@@ -4,6 +4,7 @@ Pure, like core/admission; the reply always allows, with or without a patch."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from image_preflight.core.admission import steering
 from image_preflight.core.admission.answers import Answer, ReviewDecision, reply
@@ -11,13 +12,13 @@ from image_preflight.core.admission.body import refusing_deep_reviews
 from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.decision import Requirement, decide
 from image_preflight.core.decide.inventory import Inventory
-from image_preflight.core.objects import as_mapping
 from image_preflight.core.decide.scheduling import SchedulingSpecError
 from image_preflight.core.decide.workloads import WorkloadError
+from image_preflight.core.objects import as_mapping
 
 
 @refusing_deep_reviews
-def steer(review: Mapping, inventory: Inventory, settings: Settings, *, now: float | None = None) -> Answer:
+def steer(review: Mapping[str, Any], inventory: Inventory, settings: Settings, *, now: float | None = None) -> Answer:
     """Decide a parsed AdmissionReview (see review.parse_review) for the mutating webhook; raises
     BadReview as admit does."""
     request = review["request"]
@@ -42,5 +43,5 @@ def steer(review: Mapping, inventory: Inventory, settings: Settings, *, now: flo
             answer.detail = f"{len(plan.nodes)} nodes: {', '.join(plan.nodes[:5])}"
             return reply(answer, review, allowed=True, patch=steering.encoded_patch(obj, plan.nodes))
         reason = plan.reason
-    answer.decision, answer.detail = ReviewDecision.NOT_STEERED, reason
+    answer.decision, answer.detail = ReviewDecision.NOT_STEERED, reason or ""
     return reply(answer, review, allowed=True)

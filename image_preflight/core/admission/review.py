@@ -5,6 +5,7 @@ decided), answers (every AdmissionReview sent, and the log line), messages (thei
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from image_preflight.core.admission import messages
 from image_preflight.core.admission.answers import OF_VERDICT, Answer, ReviewDecision, reply
@@ -19,7 +20,7 @@ from image_preflight.core.objects import as_mapping
 
 
 @refusing_deep_reviews
-def admit(review: Mapping, inventory: Inventory, settings: Settings, *, now: float | None = None) -> Answer:
+def admit(review: Mapping[str, Any], inventory: Inventory, settings: Settings, *, now: float | None = None) -> Answer:
     """Decide a parsed AdmissionReview (see parse_review). Raises BadReview for one nested too deep
     to answer (see refusing_deep_reviews)."""
     request = review["request"]

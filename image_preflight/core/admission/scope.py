@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from typing import Any
 
 from image_preflight.core.decide.workloads import WORKLOAD_KINDS, WorkloadError, deciding_fields, pod_spec_of
 from image_preflight.core.objects import is_mapping
@@ -14,7 +15,7 @@ GROUPS = {"Pod": "", "PodTemplate": "", "ReplicationController": "", "Job": "bat
            "Deployment": "apps", "StatefulSet": "apps", "DaemonSet": "apps", "ReplicaSet": "apps"}
 
 
-def in_scope(request: Mapping, kind_info: Mapping, obj: Mapping) -> bool:
+def in_scope(request: Mapping[str, Any], kind_info: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
     kind = kind_info.get("kind")
     if not isinstance(kind, str) or kind not in WORKLOAD_KINDS or kind_info.get("group", "") != GROUPS[kind]:
         return False
@@ -38,19 +39,19 @@ def placeable(obj: object) -> bool:
     selector and releases them with an UPDATE, which is then decided whatever else it changed."""
     if not is_mapping(obj):
         return True
-    spec = obj.get("spec")  # type: ignore[union-attr]
+    spec = obj.get("spec")
     if not is_mapping(spec):
         return True
-    if obj.get("kind") == "Job" and spec.get("suspend") is True:  # type: ignore[union-attr]
+    if obj.get("kind") == "Job" and spec.get("suspend") is True:
         return False
-    return not (obj.get("kind") == "Pod" and spec.get("schedulingGates"))  # type: ignore[union-attr]
+    return not (obj.get("kind") == "Pod" and spec.get("schedulingGates"))
 
 
 def _placement_or_images(obj: object) -> object:
     """What an UPDATE must change for the verdict to change (Kueue sets nodeSelector on unsuspend):
     the deciding fields, compared as JSON whatever their values."""
     try:
-        return _canonical(deciding_fields(pod_spec_of(obj)))  # type: ignore[arg-type]
+        return _canonical(deciding_fields(pod_spec_of(obj)))
     except WorkloadError:
         return None
 

@@ -18,9 +18,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
-from image_preflight.core.objects import as_mapping, is_mapping
 from image_preflight.core.decide.decision import ALLOW, INVALID, MISSING, UNKNOWN, Decision, holding_nodes
+from image_preflight.core.objects import as_mapping, is_mapping
 
 STEERED_TO = "image-preflight.io/steered-to"
 # Node names a patch may write. Each is one term of at most ~300 bytes (a 253-character name in
@@ -61,7 +62,7 @@ class Plan:
         return bool(self.nodes)
 
 
-def not_steerable(pod: Mapping) -> NotSteered | None:
+def not_steerable(pod: Mapping[str, Any]) -> NotSteered | None:
     """Why a Pod must not be steered whatever the nodes hold, or None."""
     spec = as_mapping(pod.get("spec"))
     if spec.get("nodeName"):
@@ -99,14 +100,14 @@ def plan(decision: Decision, *, max_nodes: int = DEFAULT_MAX_NODES, terms: int =
     return Plan(tuple(holders))
 
 
-def required_terms(pod: Mapping) -> list | None:
+def required_terms(pod: Mapping[str, Any]) -> list[Any] | None:
     """The Pod's required node selector terms, or None when it has none."""
     node_affinity = _path(pod, "spec", "affinity", "nodeAffinity", _REQUIRED)
     terms = node_affinity.get("nodeSelectorTerms") if is_mapping(node_affinity) else None
     return terms if isinstance(terms, list) and terms else None
 
 
-def encoded_patch(pod: Mapping, nodes: tuple[str, ...]) -> str:
+def encoded_patch(pod: Mapping[str, Any], nodes: tuple[str, ...]) -> str:
     """The JSONPatch, as JSON, restricting `pod` to `nodes` and annotating it. It depends only on
     `nodes` and the shape of the Pod's affinity and annotations, which rollout Pods share:
     remembered by that, it costs a lookup per Pod."""
@@ -139,8 +140,9 @@ def _encoded(nodes: tuple[str, ...], terms_json: str | None, affinity_depth: int
     return json.dumps(ops, separators=(",", ":"))
 
 
-def _and(term: Mapping, pin: dict) -> dict:
-    fields = term.get("matchFields") if isinstance(term.get("matchFields"), list) else []
+def _and(term: Mapping[str, Any], pin: dict[str, Any]) -> dict[str, Any]:
+    listed = term.get("matchFields")
+    fields = listed if isinstance(listed, list) else []
     if pin in fields:
         return dict(term)
     return {**term, "matchFields": [*fields, pin]}
@@ -154,7 +156,8 @@ def _may_match(term: object, node: str) -> bool:
     for requirement in term.get("matchFields") or ():
         if not isinstance(requirement, Mapping) or requirement.get("key") != _NAME:
             continue
-        values = requirement.get("values") if isinstance(requirement.get("values"), list) else []
+        listed = requirement.get("values")
+        values = listed if isinstance(listed, list) else []
         if requirement.get("operator") == "In" and node not in values:
             return False
         if requirement.get("operator") == "NotIn" and node in values:
@@ -166,20 +169,20 @@ def _path(obj: object, *keys: str) -> object:
     for key in keys:
         if not is_mapping(obj):
             return None
-        obj = obj.get(key)  # type: ignore[union-attr]
+        obj = obj.get(key)
     return obj
 
 
 def _depth(obj: object, keys: tuple[str, ...]) -> int:
     """How many leading `keys` lead to objects, up to the parent of the last."""
     for depth, key in enumerate(keys[:-1]):
-        obj = obj.get(key) if is_mapping(obj) else None  # type: ignore[union-attr]
+        obj = obj.get(key) if is_mapping(obj) else None
         if not is_mapping(obj):
             return depth
     return len(keys) - 1
 
 
-def _add(keys: tuple[str, ...], present: int, value: object) -> dict:
+def _add(keys: tuple[str, ...], present: int, value: object) -> dict[str, Any]:
     """One `add` at the first absent level (`present` levels are objects), carrying the rest nested."""
     last = min(present, len(keys) - 1)
     for inner in reversed(keys[last + 1:]):

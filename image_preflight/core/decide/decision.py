@@ -7,11 +7,11 @@ from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from image_preflight.core.decide.references import InvalidReference
 from image_preflight.core.decide.inventory import Inventory, NodeImages, image_key, is_image_id
 from image_preflight.core.decide.memory import window
+from image_preflight.core.decide.references import InvalidReference
 from image_preflight.core.decide.runtime_classes import RuntimeClassConflict, with_runtime_class
 from image_preflight.core.decide.scheduling import PodPlacement, as_daemon, unschedulable_reason
 from image_preflight.core.decide.workloads import ContainerImage, container_images
@@ -111,14 +111,14 @@ class Eligible:
     places: np.ndarray  # ascending
     names: tuple[str, ...]  # the nodes at those places
     reporting: tuple[int, ...]  # the places among them whose list reports a missing sandbox image
-    reasons: Counter  # why the other nodes are out: scheduler reason -> node count
+    reasons: Counter[str]  # why the other nodes are out: scheduler reason -> node count
     # Each place's reason, as an index into `said` (-1: eligible): what finding it again at a few
     # changed places starts from (Memory.moved).
     codes: np.ndarray
     said: tuple[str, ...]
 
 
-def eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list[NodeImages], Counter]:
+def eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list[NodeImages], Counter[str]]:
     """The nodes `placement` may land on, and why the others are out."""
     eligible = _eligible(placement, inventory)
     nodes = inventory.nodes
@@ -171,21 +171,23 @@ def _eligible_at(placement: PodPlacement, inventory: Inventory, earlier: Eligibl
         now_in, was_in = codes[place] < 0, place < was.size and was[place] < 0
         if now_in != was_in:
             index = int(np.searchsorted(earlier.places, place))
-            names = names[:index] + (nodes[place].node,) + names[index:] if now_in else names[:index] + names[index + 1:]
+            names = (names[:index] + (nodes[place].node,) + names[index:] if now_in
+                     else names[:index] + names[index + 1:])
     reporting = set(earlier.reporting).difference(changed)
     reporting.update(place for place in changed if codes[place] < 0 and nodes[place].sandbox_missing is not None)
     return Eligible(places, names, tuple(sorted(reporting)), reasons, codes, tuple(said))
 
 
 def decide(
-    spec: Mapping, inventory: Inventory, *, require: str = REQUIRE_ALL, now: float | None = None, kind: str = "Pod"
+    spec: Mapping[str, Any], inventory: Inventory, *, require: str = REQUIRE_ALL, now: float | None = None,
+    kind: str = "Pod",
 ) -> Decision:
     """`spec` is the pod spec of a `kind` object. Raises WorkloadError or SchedulingSpecError when
     the spec cannot be read. Remembered per inventory (see image_preflight.core.decide.memory)."""
     return inventory.memory.decision(spec, kind, require, now, lambda: _decide(spec, inventory, require, now, kind))
 
 
-def _decide(spec: Mapping, inventory: Inventory, require: str, now: float | None,
+def _decide(spec: Mapping[str, Any], inventory: Inventory, require: str, now: float | None,
             kind: str) -> tuple[Decision, tuple[float, float]]:
     """The decision, and when it holds (memory.window)."""
     placement = PodPlacement.from_pod_spec(spec, admitted=True)  # as_admitted

@@ -119,7 +119,7 @@ def _rows(probe: Tokenized, lists: list[tuple[int, np.ndarray]], dtype: type) ->
         counts[tokens] += 1
     starts = np.zeros(size + 1, dtype=np.int64)
     np.cumsum(counts, out=starts[1:])
-    places = np.empty(int(starts[-1]), dtype=dtype)
+    places: np.ndarray = np.empty(int(starts[-1]), dtype=dtype)
     cursor = starts[:-1].copy()
     for place, tokens in lists:
         at = cursor[tokens]

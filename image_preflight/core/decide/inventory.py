@@ -5,14 +5,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from image_preflight.core.decide.memory import Memory
+from image_preflight.core.decide.memory import DecisionKey, Memory
 from image_preflight.core.decide.references import InvalidReference, docker_ref, is_valid_digest
 from image_preflight.core.decide.runtime_classes import RuntimeClassScheduling
 from image_preflight.core.decide.scheduling import NodeTraits
 
 if TYPE_CHECKING:  # holders.py needs numpy, which the faces that only read flags should not load
+    from image_preflight.core.decide.decision import Decision
     from image_preflight.core.decide.holders import HolderIndex
 
 DEFAULT_MAX_IMAGES = 50  # KubeletConfiguration.nodeStatusMaxImages
@@ -90,7 +91,7 @@ class NodeImages:
         *,
         ids: Iterable[str] = (),
         traits: NodeTraits | None = None,
-        **kwargs,
+        **kwargs: Any,  # the rest of NodeImages' fields
     ) -> NodeImages:
         return cls(node, traits, image_keys(names), frozenset(ids), **kwargs)
 
@@ -116,7 +117,8 @@ class NodeImages:
 
     def renews(self, earlier: NodeImages) -> bool:
         """Whether this list is `earlier` with only its lease moved (its agent's Lease renewed it)."""
-        return self == earlier or replace(self, observed_at=earlier.observed_at, expires_at=earlier.expires_at) == earlier
+        return self == earlier or replace(self, observed_at=earlier.observed_at,
+                                          expires_at=earlier.expires_at) == earlier
 
     def places_as(self, earlier: NodeImages) -> bool:
         """Whether a placement finds this list where it found `earlier` (decision.Eligible): the same
@@ -198,7 +200,7 @@ class Inventory:
         return f"Inventory(nodes={self.nodes!r}, runtime_classes={dict(self.runtime_classes)!r})"
 
     @property
-    def decisions(self) -> dict:
+    def decisions(self) -> dict[DecisionKey, tuple[Decision, float, float]]:
         """The decisions remembered about this inventory."""
         return self.memory.decisions
 

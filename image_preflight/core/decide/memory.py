@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from image_preflight.core.decide.scheduling import PodPlacement
 from image_preflight.core.decide.workloads import deciding_fields
 
-if TYPE_CHECKING:  # inventory.py holds a Memory in each Inventory
+if TYPE_CHECKING:  # inventory.py holds a Memory in each Inventory, decision.py fills it
+    from image_preflight.core.decide.decision import Decision, Eligible
     from image_preflight.core.decide.inventory import NodeImages
 
 PLACEMENTS = 1024  # distinct placements remembered per inventory
@@ -44,7 +45,8 @@ MOVED_PLACES = 256  # changed places beyond which a placement is found afresh ra
 DECISIONS = 4096  # decisions remembered per inventory
 KEY_CHARACTERS = 4096  # a spec whose deciding fields' repr is longer is decided every time
 
-T = TypeVar("T")
+# A decision's key (key_of): kind, requirement, whether it read no clock, the deciding fields' repr.
+DecisionKey = tuple[str, str, bool, str]
 
 
 class Memory:
@@ -53,30 +55,31 @@ class Memory:
     __slots__ = ("placements", "decisions", "earlier")
 
     def __init__(self) -> None:
-        self.placements: dict = {}  # placement -> what find() gave
-        self.decisions: dict = {}  # key_of() -> (decision, start, end): holds for now in [start, end)
+        self.placements: dict[PodPlacement, Eligible] = {}  # placement -> what find() gave
+        # key_of() -> (decision, start, end): holds for now in [start, end)
+        self.decisions: dict[DecisionKey, tuple[Decision, float, float]] = {}
         # placement -> (what find() gave on an earlier inventory of the same places, the places
         # whose nodes changed their traits or sandbox report since, or came after them): found
         # again by looking at those places alone (moved).
-        self.earlier: dict = {}
+        self.earlier: dict[PodPlacement, tuple[Eligible, frozenset[int]]] = {}
 
-    def placement(self, placement: PodPlacement, find: Callable[[], T],
-                  refind: Callable[[T, frozenset[int]], T] | None = None) -> T:
+    def placement(self, placement: PodPlacement, find: Callable[[], Eligible],
+                  refind: Callable[[Eligible, frozenset[int]], Eligible] | None = None) -> Eligible:
         """What find() gives for `placement`, found once per placement, or by refind() from what an
         earlier inventory found and the places changed since; a freak placement (more than
         PLACEMENT_CHARACTERS of text) is found every time without being remembered."""
         found = self.placements.get(placement)
         if found is None:
             earlier = self.earlier.get(placement) if refind is not None else None
-            found = find() if earlier is None else refind(*earlier)  # type: ignore[misc]
+            found = find() if earlier is None or refind is None else refind(*earlier)
             if _characters(placement) <= PLACEMENT_CHARACTERS:
                 if len(self.placements) >= PLACEMENTS:
                     self.placements.clear()
                 self.placements[placement] = found
         return found
 
-    def decision(self, spec: Mapping, kind: str, require: str, now: float | None,
-                 decide: Callable[[], tuple[T, tuple[float, float]]]) -> T:
+    def decision(self, spec: Mapping[str, Any], kind: str, require: str, now: float | None,
+                 decide: Callable[[], tuple[Decision, tuple[float, float]]]) -> Decision:
         """What decide() gives for `spec`, remembered while it holds: decide() returns it with the
         times between which it holds (window)."""
         try:
@@ -174,7 +177,7 @@ def _characters(placement: PodPlacement) -> int:
     return total
 
 
-def key_of(spec: Mapping, kind: str, require: str, timeless: bool) -> tuple | None:
+def key_of(spec: Mapping[str, Any], kind: str, require: str, timeless: bool) -> DecisionKey | None:
     """The key for `spec`: the repr of its deciding fields (workloads.deciding_fields), or None when
     it is not worth or not safe to remember (not a dict, too long): then it is simply decided.
     Values that differ, in type or value, differ in repr; the same fields written in another order

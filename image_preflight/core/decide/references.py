@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol, TypeVar, cast
 
 from image_preflight.errors import InputError
 
@@ -113,7 +115,8 @@ class InvalidReference(InputError):
         self.detail = detail if detail is not None else _MESSAGES[error]
         super().__init__(f"invalid image reference {_quote(ref)}: {_one_line(self.detail)}")
 
-    def __reduce__(self):  # pickles across processes despite the custom __init__
+    def __reduce__(self) -> tuple[type[InvalidReference], tuple[object, str, str]]:
+        # pickles across processes despite the custom __init__
         return (type(self), (self.ref, self.error, self.detail))
 
 
@@ -332,35 +335,50 @@ def _require_str(ref: object) -> str:
     return ref
 
 
-def _uncached(fn, ref: str, allow_sha512: bool):
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class _Memoized(Protocol[T_co]):
+    """What _memoized makes of fn(ref, allow_sha512): fn(ref, *, allow_sha512=True), with its cache's
+    cache_info() and cache_clear()."""
+
+    cache_info: Callable[[], tuple[int, int, int | None, int]]  # hits, misses, maxsize, currsize
+    cache_clear: Callable[[], None]
+
+    def __call__(self, ref: str, *, allow_sha512: bool = True) -> T_co: ...
+
+
+def _uncached(fn: Callable[[str, bool], T], ref: str, allow_sha512: bool) -> T | _Failure:
     try:
         return fn(ref, allow_sha512)
     except InvalidReference as exc:
         return _Failure(exc.error, exc.detail)
 
 
-def _memoized(fn):
+def _memoized(fn: Callable[[str, bool], T]) -> _Memoized[T]:
     """Wrap fn(ref, allow_sha512) as fn(ref, *, allow_sha512=True), caching outcomes, failures
     included: a failure raises a fresh InvalidReference on every call."""
 
     @functools.lru_cache(maxsize=CACHE_SIZE)
-    def outcome(ref: str, allow_sha512: bool):
+    def outcome(ref: str, allow_sha512: bool) -> T | _Failure:
         return _uncached(fn, ref, allow_sha512)
 
-    def cached(ref: str, *, allow_sha512: bool = True):
+    def cached(ref: str, *, allow_sha512: bool = True) -> T:
         if not isinstance(ref, str):  # also keeps unhashable values away from the cache
             _require_str(ref)
         # Only references of a plausible length are remembered: the cache's bytes stay bounded
         # (CACHE_SIZE x CACHEABLE_LENGTH) whatever lengths a client sends.
         result = outcome(ref, allow_sha512) if len(ref) <= CACHEABLE_LENGTH else _uncached(fn, ref, allow_sha512)
-        if type(result) is _Failure:
+        if isinstance(result, _Failure):
             raise InvalidReference(ref, result.error, result.detail)
         return result
 
     cached.__name__, cached.__qualname__, cached.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
-    cached.cache_info = outcome.cache_info
-    cached.cache_clear = outcome.cache_clear
-    return cached
+    memoized = cast("_Memoized[T]", cached)  # a function with its cache's methods set on it below
+    memoized.cache_info = outcome.cache_info
+    memoized.cache_clear = outcome.cache_clear
+    return memoized
 
 
 def parse(ref: str, *, allow_sha512: bool = True) -> Reference:

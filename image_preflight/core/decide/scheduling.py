@@ -2,8 +2,9 @@
 
 Covers NodeUnschedulable, NodeName, TaintToleration and NodeAffinity, checked in the
 scheduler's default plugin order; the first plugin that rejects a node gives the reason,
-worded as kube-scheduler words it. A pod that names its node is admitted by the kubelet instead. Matching follows k8s.io/component-helpers
-(scheduling/corev1 and its nodeaffinity package) and k8s.io/apimachinery labels.
+worded as kube-scheduler words it. A pod that names its node is admitted by the kubelet instead.
+Matching follows k8s.io/component-helpers (scheduling/corev1 and its nodeaffinity package) and
+k8s.io/apimachinery labels.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class NodeTraits:
         object.__setattr__(self, "taints", tuple(self.taints))
 
     @classmethod
-    def from_node(cls, node: Mapping) -> NodeTraits:
+    def from_node(cls, node: Mapping[str, Any]) -> NodeTraits:
         """From a Node object as the API serves it; absent or null fields take their zero value."""
         if not isinstance(node, Mapping):
             raise SchedulingSpecError(f"node: expected a mapping, got {type(node).__name__}")
@@ -158,8 +159,8 @@ class NodeSelectorTerm:
                 return False
         # Upstream skips matchFields for a node without a name.
         if node.name:
-            for requirement in self.match_fields:
-                if not requirement.matches(node.name):
+            for field in self.match_fields:
+                if not field.matches(node.name):
                     return False
         return True
 
@@ -187,7 +188,7 @@ class PodPlacement:
             object.__setattr__(self, "required_terms", tuple(self.required_terms))
 
     @classmethod
-    def from_pod_spec(cls, spec: Mapping, *, path: str = "spec", admitted: bool = False) -> PodPlacement:
+    def from_pod_spec(cls, spec: Mapping[str, Any], *, path: str = "spec", admitted: bool = False) -> PodPlacement:
         """Parse a PodSpec; `path` names it in errors (e.g. "spec.template.spec" for a Job).
 
         Raises SchedulingSpecError only for fields of the wrong type, which the apiserver
@@ -338,11 +339,11 @@ def _check(value: Any, kind: Any, path: str, default: Any) -> Any:
     return value
 
 
-def _get(obj: Mapping, key: str, kind: Any, path: str, default: Any) -> Any:
+def _get(obj: Mapping[str, Any], key: str, kind: Any, path: str, default: Any) -> Any:
     return _check(obj.get(key), kind, path, default)
 
 
-def parse_string_map(obj: Mapping, key: str, path: str) -> dict[str, str]:
+def parse_string_map(obj: Mapping[str, Any], key: str, path: str) -> dict[str, str]:
     """`obj[key]` as a map of strings (a nodeSelector, labels); null or absent is empty."""
     found = _get(obj, key, Mapping, path, {})
     for k, v in found.items():
@@ -353,7 +354,7 @@ def parse_string_map(obj: Mapping, key: str, path: str) -> dict[str, str]:
     return dict(found)
 
 
-def _string_list(obj: Mapping, key: str, path: str) -> list[str]:
+def _string_list(obj: Mapping[str, Any], key: str, path: str) -> list[str]:
     found = _get(obj, key, (list, tuple), path, ())
     for i, item in enumerate(found):
         if not isinstance(item, str):
@@ -361,18 +362,18 @@ def _string_list(obj: Mapping, key: str, path: str) -> list[str]:
     return list(found)
 
 
-def _items(obj: Mapping, key: str, path: str) -> list[tuple[str, Mapping]]:
+def _items(obj: Mapping[str, Any], key: str, path: str) -> list[tuple[str, Mapping[str, Any]]]:
     """List entries with their paths."""
     found = _get(obj, key, (list, tuple), path, ())
     return [(f"{path}[{i}]", _check(item, Mapping, f"{path}[{i}]", {})) for i, item in enumerate(found)]
 
 
-def parse_tolerations(obj: Mapping, path: str) -> tuple[Toleration, ...]:
+def parse_tolerations(obj: Mapping[str, Any], path: str) -> tuple[Toleration, ...]:
     """The `tolerations` list of `obj` (a pod spec, a RuntimeClass's scheduling); `path` names it."""
     return tuple(_toleration(item, p) for p, item in _items(obj, "tolerations", path))
 
 
-def _toleration(item: Mapping, path: str) -> Toleration:
+def _toleration(item: Mapping[str, Any], path: str) -> Toleration:
     return Toleration(
         _get(item, "key", str, path + ".key", ""),
         _get(item, "operator", str, path + ".operator", ""),
@@ -404,7 +405,7 @@ def _is_label_value(value: str) -> bool:
     return len(value) <= 63 and _LABEL_VALUE.fullmatch(value) is not None
 
 
-def _compile_terms(required: Mapping, path: str, errors: list[str]) -> tuple[NodeSelectorTerm, ...]:
+def _compile_terms(required: Mapping[str, Any], path: str, errors: list[str]) -> tuple[NodeSelectorTerm, ...]:
     terms = []
     for term_path, term in _items(required, "nodeSelectorTerms", path + ".nodeSelectorTerms"):
         expressions = _items(term, "matchExpressions", term_path + ".matchExpressions")
@@ -417,11 +418,13 @@ def _compile_terms(required: Mapping, path: str, errors: list[str]) -> tuple[Nod
         if term_errors:
             errors.extend(term_errors)
             continue  # one invalid requirement makes the whole term match nothing
-        terms.append(NodeSelectorTerm(tuple(labels), tuple(field_reqs)))
+        # Without errors, every requirement is there.
+        terms.append(NodeSelectorTerm(tuple(r for r in labels if r is not None),
+                                      tuple(r for r in field_reqs if r is not None)))
     return tuple(terms)
 
 
-def _label_requirement(expr: Mapping, path: str, errors: list[str]) -> LabelRequirement | None:
+def _label_requirement(expr: Mapping[str, Any], path: str, errors: list[str]) -> LabelRequirement | None:
     """labels.NewRequirement's checks; problems go to `errors`."""
     key = _get(expr, "key", str, path + ".key", "")
     op = _get(expr, "operator", str, path + ".operator", "")
@@ -452,7 +455,7 @@ def _label_requirement(expr: Mapping, path: str, errors: list[str]) -> LabelRequ
     return LabelRequirement(key, op, frozenset(values))
 
 
-def _field_requirement(expr: Mapping, path: str, errors: list[str]) -> FieldRequirement | None:
+def _field_requirement(expr: Mapping[str, Any], path: str, errors: list[str]) -> FieldRequirement | None:
     key = _get(expr, "key", str, path + ".key", "")
     op = _get(expr, "operator", str, path + ".operator", "")
     values = _string_list(expr, "values", path + ".values")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from image_preflight.core.decide.references import InvalidReference, parse_normalized
+from image_preflight.core.objects import as_mapping, is_mapping
 from image_preflight.errors import InputError
 
 ALWAYS, IF_NOT_PRESENT, NEVER = "Always", "IfNotPresent", "Never"
@@ -68,25 +70,26 @@ def default_pull_policy(image: str) -> str:
     return IF_NOT_PRESENT
 
 
-def pod_spec_of(obj: Mapping) -> Mapping:
+def pod_spec_of(obj: object) -> Mapping[str, Any]:
     """The pod spec of a workload object; WorkloadError names the missing field."""
-    if type(obj) is not dict and not isinstance(obj, Mapping):  # plain dicts skip the ABC check
+    if not is_mapping(obj):
         raise WorkloadError("object: not a mapping")
     kind = obj.get("kind")
     path = _POD_SPEC_PATHS.get(kind) if isinstance(kind, str) else None
     if path is None:
         raise WorkloadError(f"kind: {kind!r} is not a workload kind")
-    node: object = obj
+    node = obj
     walked = []
     for key in path:
         walked.append(key)
-        node = node.get(key)
-        if type(node) is not dict and not isinstance(node, Mapping):
+        child = node.get(key)
+        if not is_mapping(child):
             raise WorkloadError(f"{'.'.join(walked)}: missing or not a mapping in {kind}")
-    return node  # type: ignore[return-value]
+        node = child
+    return node
 
 
-def container_images(spec: Mapping) -> list[ContainerImage]:
+def container_images(spec: Mapping[str, Any]) -> list[ContainerImage]:
     """Every image the pod pulls, with its effective pull policy: init, regular and ephemeral
     containers, then image volumes."""
     found: list[ContainerImage] = []
@@ -102,8 +105,9 @@ def container_images(spec: Mapping) -> list[ContainerImage]:
     # volume (pkg/kubelet/kuberuntime/kuberuntime_manager.go, getImageVolumes and
     # toKubeContainerImageVolumes): one no container mounts makes no pod wait.
     mounted = _mounted(spec)
-    for index, volume in _entries(spec, VOLUMES):
-        source = volume.get("image") if isinstance(volume, Mapping) else None
+    for index, entry in _entries(spec, VOLUMES):
+        volume = as_mapping(entry)
+        source = volume.get("image")
         if source is None:
             continue
         where = f"spec.{VOLUMES}[{index}].image"
@@ -115,7 +119,7 @@ def container_images(spec: Mapping) -> list[ContainerImage]:
     return found
 
 
-def _mounted(spec: Mapping) -> set[str]:
+def _mounted(spec: Mapping[str, Any]) -> set[str]:
     """The names of the volumes some container of the pod mounts."""
     names = set()
     for field in CONTAINER_FIELDS:
@@ -127,14 +131,14 @@ def _mounted(spec: Mapping) -> set[str]:
     return names
 
 
-def deciding_fields(spec: Mapping) -> dict:
+def deciding_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Exactly what a decision reads of a pod spec, as a pod spec: each container's name, image and
     pull policy; each volume's name and image source, a volume without one as {} (read as none,
     kept in its place: messages number volumes); the scheduling fields. Names are read: they label
     the decision's messages. Specs with equal deciding fields get equal decisions, messages
     included, and deciding this pod spec decides the whole one. Malformed values are kept as they
     are, to be decided as such."""
-    fields: dict = {}
+    fields: dict[str, Any] = {}
     volumes = spec.get(VOLUMES)
     if VOLUMES in spec:
         fields[VOLUMES] = [_image_volume(v) for v in volumes] if isinstance(volumes, list) else volumes
@@ -163,21 +167,21 @@ def _only(items: object, keys: tuple[str, ...], *, mounts: bool) -> object:
     return kept
 
 
-def _image_volume(volume: object) -> dict:
+def _image_volume(volume: object) -> dict[str, Any]:
     """What container_images reads of a volume: its name and image source, or nothing."""
     if not isinstance(volume, Mapping) or volume.get("image") is None:
         return {}
     return {k: volume[k] for k in ("name", "image") if k in volume}
 
 
-def _entries(spec: Mapping, field: str) -> list[tuple[int, object]]:
+def _entries(spec: Mapping[str, Any], field: str) -> list[tuple[int, object]]:
     items = spec.get(field) or []
     if not isinstance(items, list):
         raise WorkloadError(f"spec.{field}: not a list")
     return list(enumerate(items))
 
 
-def _image(where: str, source: Mapping, image_key: str, policy_key: str, field: str, name: object,
+def _image(where: str, source: Mapping[str, Any], image_key: str, policy_key: str, field: str, name: object,
            index: int) -> ContainerImage:
     image = source.get(image_key)
     if not isinstance(image, str) or not image:

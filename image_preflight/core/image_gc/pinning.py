@@ -20,9 +20,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from image_preflight.core.decide.references import InvalidReference
 from image_preflight.core.decide.inventory import image_key, is_image_id
+from image_preflight.core.decide.references import InvalidReference
 
 PINNED_LABEL = "io.cri-containerd.pinned"  # containerd: pkg/labels.PinnedImageLabelKey
 PINNED_VALUE = "pinned"  # containerd: pkg/labels.PinnedImageLabelValue
@@ -35,7 +36,7 @@ NEEDED_CONFIGMAP = f"{NEEDED_NAMESPACE}/{NEEDED_NAME}"
 # (internal/cri/store/image/image.go, Store.update with store.pin/unpin: containerd#9338, in 2.0,
 # backported as #9381 in v1.7.10 and #9382 in v1.6.25). Pinning came in v1.7.3 (#8718) and
 # v1.6.22 (#8720), but there a label set after the image was loaded is ignored until a restart.
-PINNING_SINCE = {(1, 6): (1, 6, 25), (1, 7): (1, 7, 10)}
+PINNING_SINCE: dict[tuple[int, ...], tuple[int, ...]] = {(1, 6): (1, 6, 25), (1, 7): (1, 7, 10)}
 FIRST_PINNING_MAJOR = 2
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
 MAX_ERRORS_SHOWN = 3
@@ -108,7 +109,7 @@ class PinPlan:
     refused: tuple[str, ...] = ()  # needed records left unpinned: they would pass the byte budget
 
 
-def _names(image: Mapping) -> list[str]:
+def _names(image: Mapping[str, Any]) -> list[str]:
     return [*(image.get("repoTags") or ()), *(image.get("repoDigests") or ())]
 
 
@@ -119,13 +120,14 @@ def _key(name: str) -> str | None:
         return None
 
 
-def held_needed(needed: frozenset[str], images: Sequence[Mapping]) -> dict[str, tuple[str, Mapping]]:
+def held_needed(needed: frozenset[str],
+                images: Sequence[Mapping[str, Any]]) -> dict[str, tuple[str, Mapping[str, Any]]]:
     """For each needed key this node holds: the record name it resolves to and the image.
 
     containerd's CRI names its records as the runtime resolves them, so the record name is the
     listed name whose key is the needed one; a needed image ID resolves to its `sha256:` record.
     """
-    held: dict[str, tuple[str, Mapping]] = {}
+    held: dict[str, tuple[str, Mapping[str, Any]]] = {}
     for image in images:
         for name in _names(image):
             key = _key(name)
@@ -137,7 +139,7 @@ def held_needed(needed: frozenset[str], images: Sequence[Mapping]) -> dict[str, 
     return held
 
 
-def pin_plan(needed: NeededImages, images: Sequence[Mapping], marked: Mapping[str, Mapping[str, str]],
+def pin_plan(needed: NeededImages, images: Sequence[Mapping[str, Any]], marked: Mapping[str, Mapping[str, str]],
              max_bytes: int | None = None) -> PinPlan:
     """What to change so the needed images held here are pinned, within `max_bytes` of image
     sizes (None: no budget), and nothing else carries our pin.
@@ -154,7 +156,8 @@ def pin_plan(needed: NeededImages, images: Sequence[Mapping], marked: Mapping[st
              + [(name, image) for _, (name, image) in held if name not in marked and not image.get("pinned")])
     pin, refused, spent = [], [], 0
     for name, image in order:
-        size = image.get("size") if isinstance(image.get("size"), int) else 0
+        listed = image.get("size")
+        size = listed if isinstance(listed, int) else 0
         if max_bytes is not None and spent + size > max_bytes:
             refused.append(name)
             continue
@@ -166,19 +169,20 @@ def pin_plan(needed: NeededImages, images: Sequence[Mapping], marked: Mapping[st
     return PinPlan(tuple(sorted(pin)), tuple(unpin), tuple(sorted(refused)))
 
 
-def needed_unpinned(needed: frozenset[str], images: Sequence[Mapping]) -> list[str]:
+def needed_unpinned(needed: frozenset[str], images: Sequence[Mapping[str, Any]]) -> list[str]:
     """The needed keys this node holds whose image the runtime does not report pinned (what the
     kubelet's GC may still delete), sorted."""
     return sorted(key for key, (_, image) in held_needed(needed, images).items() if not image.get("pinned"))
 
 
-def pinning_report(*, source: str, refusal: str | None, needed: NeededImages | None, images: Sequence[Mapping],
-                   problem: str | None = None, refused: Sequence[str] = (), max_bytes: int | None = None) -> dict:
+def pinning_report(*, source: str, refusal: str | None, needed: NeededImages | None,
+                   images: Sequence[Mapping[str, Any]], problem: str | None = None, refused: Sequence[str] = (),
+                   max_bytes: int | None = None) -> dict[str, Any]:
     """NodeImages `spec.pinning`: the list it follows (NAMESPACE/NAME), whether this runtime can pin,
     how many needed images the node holds, how many of them the runtime reports pinned and how many
     the byte budget `max_bytes` left unpinned (`refused`, the plan's), and the one-line problem if
     any. `needed` None: the list has not been read yet."""
-    report: dict = {"list": source, "supported": refusal is None}
+    report: dict[str, Any] = {"list": source, "supported": refusal is None}
     if needed is not None:
         held = held_needed(needed.keys, images)
         report["needed"] = len(held)

@@ -24,6 +24,7 @@ import binascii
 import hashlib
 import math
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -51,12 +52,12 @@ def hashes_of(keys: Iterable[str], bits: int = BITS) -> np.ndarray:
     return np.unique(np.fromiter((key_hash(key, bits) for key in keys), dtype=np.uint64))
 
 
-def encode(keys: Iterable[str]) -> dict:
+def encode(keys: Iterable[str]) -> dict[str, Any]:
     """`spec.imageHashes` for these image keys; equal sets give equal fields."""
     return pack(hashes_of(keys))
 
 
-def pack(values: np.ndarray, bits: int = BITS) -> dict:
+def pack(values: np.ndarray, bits: int = BITS) -> dict[str, Any]:
     """`spec.imageHashes` for sorted, distinct values below 2**bits (at most BITS to be read back)."""
     count = int(values.size)
     k = _rice_bits(count, bits)

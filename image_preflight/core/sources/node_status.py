@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES, NAMES_PER_IMAGE, NodeImages
-from image_preflight.core.sources.runtime_lists import string, string_list
 from image_preflight.core.decide.scheduling import NodeTraits
+from image_preflight.core.sources.runtime_lists import string, string_list
 
 # The kubelet's nodeStatusMaxImages as `inventory dump` read it from the node's configz; where a
 # Node carries it, it is the cap for that node whatever --max-images says.
@@ -15,7 +16,7 @@ CAP_ANNOTATION = "image-preflight.io/node-status-max-images"
 _CAP = re.compile(r"-?[0-9]{1,11}")  # ASCII digits only: int() refuses "²", which isdigit() accepts
 
 
-def node_cap(node: Mapping, default: int | None) -> int | None:
+def node_cap(node: Mapping[str, Any], default: int | None) -> int | None:
     """The cap in force for `node`: its annotation, else `default` (None or negative: no cap)."""
     meta = node.get("metadata")
     annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
@@ -26,7 +27,7 @@ def node_cap(node: Mapping, default: int | None) -> int | None:
 
 
 def node_images_from_node(
-    node: Mapping, *, observed_at: float | None = None, max_images: int | None = DEFAULT_MAX_IMAGES
+    node: Mapping[str, Any], *, observed_at: float | None = None, max_images: int | None = DEFAULT_MAX_IMAGES
 ) -> NodeImages:
     """`max_images` is the kubelet's nodeStatusMaxImages (None or -1: no cap), unless the Node
     carries its own (CAP_ANNOTATION)."""
@@ -48,7 +49,7 @@ def node_images_from_node(
     capped = max_images is not None and max_images >= 0 and len(images) >= max_images
     # The kubelet cuts the list at exactly its cap (pkg/kubelet/nodestatus/setters.go, Images): a
     # longer list proves the cap in force is not the kubelet's, so the list proves nothing either.
-    over_cap = max_images if capped and len(images) > max_images else None
+    over_cap = max_images if capped and max_images is not None and len(images) > max_images else None
     truncated = capped
     # A kubelet that could not list its images reports none (pkg/kubelet/nodestatus/setters.go,
     # Images): an empty list proves nothing.

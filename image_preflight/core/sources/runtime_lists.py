@@ -24,6 +24,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
+from typing import Any
 
 from image_preflight.core.decide.inventory import NodeImages, image_keys
 
@@ -88,13 +89,13 @@ def string_list(value: object, where: str, field: str) -> list[str]:
     return value
 
 
-def image_names(image: Mapping, where: str) -> list[str]:
+def image_names(image: Mapping[str, Any], where: str) -> list[str]:
     """repoTags then repoDigests of one CRI image; ValueError names the field."""
     tags = string_list(image.get("repoTags"), where, "repoTags")
     return tags + string_list(image.get("repoDigests"), where, "repoDigests")
 
 
-def image_id(image: Mapping, where: str) -> str | None:
+def image_id(image: Mapping[str, Any], where: str) -> str | None:
     """The `id` of one CRI image; None when absent or empty."""
     value = image.get("id")
     if value is None or value == "":
@@ -107,7 +108,7 @@ def image_id(image: Mapping, where: str) -> str | None:
 _MAX_SANDBOX_NAME = 1024
 
 
-def sandbox_missing(spec: Mapping) -> str | None:
+def sandbox_missing(spec: Mapping[str, Any]) -> str | None:
     """The sandbox image `spec.sandboxImage` says the runtime lacks, or None when it holds it or the
     object does not say. The name is kept as the runtime's configuration writes it (containerd 2.x
     `pinned_images.sandbox`, 1.x `sandbox_image`), interned: every node lacking it shares one string."""
@@ -174,7 +175,7 @@ def renewed(listed: NodeImages, at: float | None) -> NodeImages:
     return replace(listed, observed_at=at, expires_at=at + (listed.expires_at - listed.observed_at))
 
 
-def lease_object(node: str, namespace: str, *, renewed_at: float, lease_seconds: int) -> dict:
+def lease_object(node: str, namespace: str, *, renewed_at: float, lease_seconds: int) -> dict[str, Any]:
     """The Lease by which `node`'s agent renews its list (KEP-589's lesson: a heartbeat of a few
     hundred bytes instead of the whole list again)."""
     return {"apiVersion": f"{LEASE_GROUP}/{LEASE_VERSION}", "kind": "Lease",
@@ -183,7 +184,7 @@ def lease_object(node: str, namespace: str, *, renewed_at: float, lease_seconds:
                      "renewTime": format_micro_time(renewed_at)}}
 
 
-def node_images_from_runtime(obj: Mapping) -> NodeImages:
+def node_images_from_runtime(obj: Mapping[str, Any]) -> NodeImages:
     if not isinstance(obj, Mapping):
         raise ValueError(f"expected an object, got {type(obj).__name__}")
     spec = obj.get("spec")
@@ -200,8 +201,8 @@ def node_images_from_runtime(obj: Mapping) -> NodeImages:
         raise ValueError("spec.leaseDurationSeconds: missing or not a positive integer")
     if lease > MAX_LEASE_S:
         raise ValueError(f"spec.leaseDurationSeconds: more than {MAX_LEASE_S} s, the longest a list may count")
-    common = dict(complete=True, observed_at=observed_at, expires_at=observed_at + lease, source="cri",
-                  sandbox_missing=sandbox_missing(spec))
+    common: dict[str, Any] = dict(complete=True, observed_at=observed_at, expires_at=observed_at + lease,
+                                  source="cri", sandbox_missing=sandbox_missing(spec))
     images, hashed = spec.get("images"), spec.get("imageHashes")
     if hashed is not None:
         from image_preflight.core.sources.image_hashes import ImageHashes, decode
@@ -223,7 +224,7 @@ def node_images_from_runtime(obj: Mapping) -> NodeImages:
     return NodeImages.from_names(node, names, ids=ids, **common)
 
 
-def image_hashes(images: Sequence[Mapping]) -> dict:
+def image_hashes(images: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """`spec.imageHashes` for images given as in `spec.images`."""
     from image_preflight.core.sources.image_hashes import encode
 
@@ -231,12 +232,14 @@ def image_hashes(images: Sequence[Mapping]) -> dict:
                              for name in image_names(image, f"images[{index}]")))
 
 
-def runtime_object(node: str, images: Sequence[Mapping], *, observed_at: float, lease_seconds: int,
-                   sandbox_image: Mapping | None = None, hashes: Mapping | None = None) -> dict:
+def runtime_object(node: str, images: Sequence[Mapping[str, Any]], *, observed_at: float, lease_seconds: int,
+                   sandbox_image: Mapping[str, Any] | None = None,
+                   hashes: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The NodeImages object for `node`; images are dicts with id, repoTags, repoDigests, size, pinned.
     `sandbox_image` ({name, present}) becomes `spec.sandboxImage`; None leaves it out. `hashes`
     (image_hashes(images)) is published in place of the images."""
-    spec: dict = {"nodeName": node, "observedAt": format_time(observed_at), "leaseDurationSeconds": lease_seconds}
+    spec: dict[str, Any] = {"nodeName": node, "observedAt": format_time(observed_at),
+                            "leaseDurationSeconds": lease_seconds}
     if hashes is not None:
         spec["imageHashes"] = dict(hashes)
     else:

@@ -12,15 +12,23 @@ import json
 import re
 import sys
 from collections.abc import Mapping
+from typing import Any
 
-from image_preflight.core.decide.references import InvalidReference, docker_ref
 from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES, Inventory, NodeImages
-from image_preflight.core.sources.node_status import node_images_from_node
+from image_preflight.core.decide.references import InvalidReference, docker_ref
 from image_preflight.core.decide.runtime_classes import KIND as RUNTIME_CLASS_KIND
 from image_preflight.core.decide.runtime_classes import runtime_class_from_object
-from image_preflight.core.sources.runtime_lists import (
-    RUNTIME_KIND, image_id, image_names, node_images_from_runtime, renewal, renewed, string)
 from image_preflight.core.decide.scheduling import SchedulingSpecError
+from image_preflight.core.sources.node_status import node_images_from_node
+from image_preflight.core.sources.runtime_lists import (
+    RUNTIME_KIND,
+    image_id,
+    image_names,
+    node_images_from_runtime,
+    renewal,
+    renewed,
+    string,
+)
 from image_preflight.errors import InputError
 
 # What an item without a kind is: the apiserver leaves kind out of list items.
@@ -71,7 +79,8 @@ def load_snapshot(
 
 
 def load_document(
-    document: Mapping, *, source: str, observed_at: float | None = None, max_images: int | None = DEFAULT_MAX_IMAGES
+    document: Mapping[str, Any], *, source: str, observed_at: float | None = None,
+    max_images: int | None = DEFAULT_MAX_IMAGES,
 ) -> Inventory:
     """Read a snapshot already parsed from JSON (a List as `inventory dump` builds it)."""
     return _from_document(document, source, observed_at, max_images, "node")
@@ -158,7 +167,8 @@ def _shown(value: object) -> str:
     return "None" if value is None else f"a {type(value).__name__}"
 
 
-def _from_document(doc: Mapping, source: str, observed_at, max_images, node_name) -> Inventory:
+def _from_document(doc: Mapping[str, Any], source: str, observed_at: float | None, max_images: int | None,
+                   node_name: str) -> Inventory:
     kind = doc.get("kind")
     if kind in ("List", *_ITEM_KINDS):
         items = doc.get("items")
@@ -175,8 +185,8 @@ def _from_document(doc: Mapping, source: str, observed_at, max_images, node_name
     )
 
 
-def _from_items(items: list, source: str, observed_at, max_images, default_kind: str | None, *,
-                single: bool = False) -> Inventory:
+def _from_items(items: list[Any], source: str, observed_at: float | None, max_images: int | None,
+                default_kind: str | None, *, single: bool = False) -> Inventory:
     nodes, runtime, classes, renewals = [], [], {}, {}
     for index, item in enumerate(items):
         where = source if single else f"{source}: items[{index}]"
@@ -204,21 +214,21 @@ def _from_items(items: list, source: str, observed_at, max_images, default_kind:
     return Inventory(tuple(nodes), classes).merged(renewed(listed, renewals.get(listed.node)) for listed in runtime)
 
 
-def _node(item: Mapping, where: str, observed_at, max_images) -> NodeImages:
+def _node(item: Mapping[str, Any], where: str, observed_at: float | None, max_images: int | None) -> NodeImages:
     try:
         return node_images_from_node(item, observed_at=observed_at, max_images=max_images)
     except ValueError as exc:
         raise SnapshotError(f"{where}: {exc}") from None
 
 
-def _runtime(item: Mapping, where: str) -> NodeImages:
+def _runtime(item: Mapping[str, Any], where: str) -> NodeImages:
     try:
         return node_images_from_runtime(item)
     except ValueError as exc:
         raise SnapshotError(f"{where}: {exc}") from None
 
 
-def _from_crictl(images: list, source: str, observed_at, node_name: str) -> NodeImages:
+def _from_crictl(images: list[Any], source: str, observed_at: float | None, node_name: str) -> NodeImages:
     names, ids = [], []
     for index, image in enumerate(images):
         where = f"images[{index}]"
@@ -243,7 +253,7 @@ def _single_node(node_name: str, source: str) -> str:
         raise SnapshotError(f"{source}: {exc}") from None
 
 
-def _from_docker_lines(text: str, source: str, observed_at, node_name: str) -> Inventory:
+def _from_docker_lines(text: str, source: str, observed_at: float | None, node_name: str) -> Inventory:
     names = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -268,12 +278,12 @@ def _from_docker_lines(text: str, source: str, observed_at, node_name: str) -> I
                                             source="docker"),))
 
 
-def _optional_string(row: Mapping, field: str) -> str | None:
+def _optional_string(row: Mapping[str, Any], field: str) -> str | None:
     value = row.get(field)
     return None if value is None else string(value, field)
 
 
-def _from_reference_lines(text: str, source: str, observed_at, node_name: str) -> Inventory:
+def _from_reference_lines(text: str, source: str, observed_at: float | None, node_name: str) -> Inventory:
     names = []
     for number, line in enumerate(text.splitlines(), start=1):
         name = line.split("#", 1)[0].strip()

@@ -21,6 +21,7 @@ import hashlib
 import json
 from collections.abc import Mapping
 from enum import StrEnum
+from typing import Any
 
 from image_preflight.core.objects import as_mapping, as_text
 from image_preflight.core.watchdog.pull_failures import FAILED_SANDBOX, finished
@@ -51,7 +52,7 @@ class Action(StrEnum):
 MODES = tuple(Mode)
 ENFORCE, AUDIT = MODES
 FAILED, AUDITED, EVENT_ONLY = Action.FAILED, Action.AUDITED, Action.EVENT_ONLY
-_DONE = {ENFORCE: {FAILED}, AUDIT: {FAILED, AUDITED}}
+_DONE: dict[str, set[str]] = {ENFORCE: {FAILED}, AUDIT: {FAILED, AUDITED}}
 MAX_EVENT_MESSAGE = 1024  # kubectl describe shows it whole; the apiserver refuses past 1 MiB objects
 
 
@@ -73,16 +74,17 @@ def kubelet_reason(stall: Stall) -> str:
     return stall.stuck.reason if stall.stuck is not None else "FailedCreate"
 
 
-def record(stall: Stall, action: str, *, at: str, waited_s: float) -> dict:
+def record(stall: Stall, action: str, *, at: str, waited_s: float) -> dict[str, Any]:
     """The annotation's content, and the fields of the log line."""
     return {
         "action": action, "reason": kubelet_reason(stall), "pod": stall.name if stall.kind == "Pod" else "",
-        "container": stall.stuck.container if stall.stuck else "", "image": stall.stuck.reference if stall.stuck else "",
+        "container": stall.stuck.container if stall.stuck else "",
+        "image": stall.stuck.reference if stall.stuck else "",
         "node": stall.node, "at": at, "waited_s": round(waited_s, 3),
     }
 
 
-def recorded_action(job: Mapping) -> str | None:
+def recorded_action(job: Mapping[str, Any]) -> str | None:
     annotations = as_mapping(as_mapping(job.get("metadata")).get("annotations"))
     try:
         action = json.loads(annotations[ANNOTATION]).get("action")
@@ -91,7 +93,7 @@ def recorded_action(job: Mapping) -> str | None:
     return action if isinstance(action, str) else None
 
 
-def skip_reason(job: Mapping, owner_uid: str, mode: str) -> str | None:
+def skip_reason(job: Mapping[str, Any], owner_uid: str, mode: str) -> str | None:
     """Why this Job is left as it is, or None when the watchdog should act on it."""
     metadata, spec = as_mapping(job.get("metadata")), as_mapping(job.get("spec"))
     if metadata.get("uid") != owner_uid:
@@ -105,7 +107,7 @@ def skip_reason(job: Mapping, owner_uid: str, mode: str) -> str | None:
     return None
 
 
-def probe_pod(job: Mapping) -> dict:
+def probe_pod(job: Mapping[str, Any]) -> dict[str, Any]:
     """The Pod the Job controller would create for `job` now (pkg/controller/controller_utils.go,
     GetPodFromTemplate: the template's labels, annotations and spec, a generated name, the Job as its
     controller), for a dry run that asks admission again before a denial fails the Job. No
@@ -114,7 +116,7 @@ def probe_pod(job: Mapping) -> dict:
     metadata = as_mapping(job.get("metadata"))
     template = as_mapping(as_mapping(job.get("spec")).get("template"))
     template_metadata = as_mapping(template.get("metadata"))
-    pod_metadata: dict = {"generateName": f"{as_text(metadata.get('name'))}-",
+    pod_metadata: dict[str, Any] = {"generateName": f"{as_text(metadata.get('name'))}-",
                           "namespace": as_text(metadata.get("namespace")),
                           "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job",
                                                "name": as_text(metadata.get("name")),
@@ -125,7 +127,7 @@ def probe_pod(job: Mapping) -> dict:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": pod_metadata, "spec": dict(as_mapping(template.get("spec")))}
 
 
-def job_patch(job: Mapping, mode: str, content: dict) -> dict:
+def job_patch(job: Mapping[str, Any], mode: str, content: dict[str, Any]) -> dict[str, Any]:
     """Annotate (both modes) and, in enforce mode, end the Job as failed; conditional on the
     resourceVersion read."""
     metadata = {"resourceVersion": job["metadata"]["resourceVersion"],
@@ -136,7 +138,7 @@ def job_patch(job: Mapping, mode: str, content: dict) -> dict:
 
 
 def event(stall: Stall, *, kind: str, name: str, uid: str, api_version: str, action: str, message: str,
-          at: str, instance: str) -> dict:
+          at: str, instance: str) -> dict[str, Any]:
     """A core/v1 Event about `kind`/`name`, as client-go's recorder writes one. Its name is derived
     from the subject and the action, so a second writer's copy is refused as AlreadyExists."""
     digest = hashlib.sha256(f"{uid}/{action}".encode()).hexdigest()[:16]
@@ -152,7 +154,8 @@ def event(stall: Stall, *, kind: str, name: str, uid: str, api_version: str, act
 
 
 def job_message(stall: Stall, action: str) -> str:
-    verb = {FAILED: "failed this Job", AUDITED: "would fail this Job (audit mode)"}[action]
+    verbs: dict[str, str] = {FAILED: "failed this Job", AUDITED: "would fail this Job (audit mode)"}
+    verb = verbs[action]
     return f"image-preflight watchdog {verb}: {cause(stall)}"
 
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from image_preflight.core.objects import as_mapping, as_text
 from image_preflight.core.decide.references import InvalidReference, docker_ref
 from image_preflight.core.decide.workloads import ALWAYS, WorkloadError, container_images, default_pull_policy
+from image_preflight.core.objects import as_mapping, as_text
 from image_preflight.core.sources.runtime_lists import format_time, node_images_from_runtime, renewed
 
 # The kubelet's waiting reasons for an image it will never get (pkg/kubelet/images/types.go):
@@ -58,13 +59,13 @@ def reference_of(image: str) -> str:
         return image
 
 
-def settled(pod: Mapping) -> bool:
+def settled(pod: Mapping[str, Any]) -> bool:
     """Terminal or being deleted: nothing here will wait any longer."""
     return bool(as_mapping(pod.get("metadata")).get("deletionTimestamp")) or as_mapping(
         pod.get("status")).get("phase") in ("Succeeded", "Failed")
 
 
-def stuck_containers(pod: Mapping, *, include_always: bool = False) -> tuple[Stuck, ...]:
+def stuck_containers(pod: Mapping[str, Any], *, include_always: bool = False) -> tuple[Stuck, ...]:
     """The Pod's containers that wait for an image their node will not get, init containers first."""
     if settled(pod):
         return ()
@@ -86,7 +87,7 @@ def stuck_containers(pod: Mapping, *, include_always: bool = False) -> tuple[Stu
     return tuple(found)
 
 
-def _image_waits(status: Mapping) -> list[tuple[str, str, str, str, str]]:
+def _image_waits(status: Mapping[str, Any]) -> list[tuple[str, str, str, str, str]]:
     """(spec field, container, status image, reason, message) of each container waiting on its image."""
     found = []
     for statuses, field in _STATUSES:
@@ -101,7 +102,7 @@ def _image_waits(status: Mapping) -> list[tuple[str, str, str, str, str]]:
     return found
 
 
-def controller_of(obj: Mapping) -> Owner | None:
+def controller_of(obj: Mapping[str, Any]) -> Owner | None:
     """The ownerReference marked controller (at most one is: apimachinery validation)."""
     references = as_mapping(obj.get("metadata")).get("ownerReferences")
     for reference in references if isinstance(references, list) else ():
@@ -118,13 +119,13 @@ def controller_of(obj: Mapping) -> Owner | None:
 CONTROLLER_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 
 
-def labels_of(obj: Mapping) -> tuple[tuple[str, str], ...]:
+def labels_of(obj: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     """An object's labels, sorted, the ones that are not text left out (a Stall keeps them frozen)."""
     labels = as_mapping(as_mapping(obj.get("metadata")).get("labels"))
     return tuple(sorted((k, v) for k, v in labels.items() if isinstance(k, str) and isinstance(v, str)))
 
 
-def _requirement_matches(expression: Mapping, labels: Mapping[str, str]) -> bool | None:
+def _requirement_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool | None:
     """One matchExpressions entry against `labels` (k8s.io/apimachinery/pkg/labels/selector.go,
     Requirement.Matches); None when NewRequirement would refuse it: an unknown operator, In and
     NotIn without values, Exists and DoesNotExist with some."""
@@ -159,7 +160,7 @@ def selects(selector: object, labels: Mapping[str, str]) -> bool:
     return all(_requirement_matches(as_mapping(e), labels) is True for e in expressions)
 
 
-def not_the_jobs_pod(job: Mapping, pod_labels: Mapping[str, str]) -> str | None:
+def not_the_jobs_pod(job: Mapping[str, Any], pod_labels: Mapping[str, str]) -> str | None:
     """Why a Pod whose controller ownerReference names `job` is not that Job's Pod, or None when it
     is. Anyone who may create a Pod can write an ownerReference naming any Job of its namespace;
     the Job controller counts a Pod as its own only while its selector selects it
@@ -180,13 +181,14 @@ def not_the_jobs_pod(job: Mapping, pod_labels: Mapping[str, str]) -> str | None:
     return None
 
 
-def finished(job: Mapping) -> str | None:
+def finished(job: Mapping[str, Any]) -> str | None:
     """The condition that says the Job is finishing or finished, if one does."""
     conditions = as_mapping(job.get("status")).get("conditions")
     for condition in conditions if isinstance(conditions, list) else ():
         condition = as_mapping(condition)
-        if condition.get("type") in FINISHED_CONDITIONS and condition.get("status") == "True":
-            return condition["type"]
+        kind = condition.get("type")
+        if isinstance(kind, str) and kind in FINISHED_CONDITIONS and condition.get("status") == "True":
+            return kind
     return None
 
 
@@ -206,7 +208,7 @@ JOB_CONTROLLER = "job-controller"
 KUBELET = "kubelet"
 
 
-def untrusted(event: Mapping) -> str | None:
+def untrusted(event: Mapping[str, Any]) -> str | None:
     """Why the watchdog may not take `event` at its word, or None.
 
     The Event must name an object in its own namespace: Kubernetes checks that only for Events
@@ -230,7 +232,7 @@ def untrusted(event: Mapping) -> str | None:
     return None
 
 
-def webhook_denial(event: Mapping, webhooks: frozenset[str]) -> str | None:
+def webhook_denial(event: Mapping[str, Any], webhooks: frozenset[str]) -> str | None:
     """The denial text when `event` is a Job's FailedCreate carrying one of `webhooks`' denials."""
     if event.get("reason") != "FailedCreate" or as_mapping(event.get("involvedObject")).get("kind") != "Job":
         return None
@@ -272,7 +274,7 @@ class SandboxFailure:
     named_namespace: str = ""  # involvedObject.namespace
 
 
-def sandbox_image_missing(event: Mapping) -> SandboxFailure | None:
+def sandbox_image_missing(event: Mapping[str, Any]) -> SandboxFailure | None:
     """The failure when `event` is a kubelet's FailedCreatePodSandBox saying the runtime lacks its
     sandbox image (not found); None for any other sandbox failure (network, runtime handler)."""
     pod = as_mapping(event.get("involvedObject"))
@@ -308,7 +310,7 @@ def not_about(failure: SandboxFailure, namespace: str, name: str, uid: str) -> s
             f"{failure.pod_uid[:64]}, which is Pod {namespace}/{name}")
 
 
-def sandbox_unconfirmed(node_images: Mapping, node: str, image: str, now: float, *,
+def sandbox_unconfirmed(node_images: Mapping[str, Any], node: str, image: str, now: float, *,
                         renewed_at: float | None = None) -> str | None:
     """Why the node's own NodeImages object does not confirm that `node`'s runtime lacks the
     sandbox image `image` at `now` (epoch seconds), or None when it does: it speaks for that node,
@@ -331,6 +333,7 @@ def sandbox_unconfirmed(node_images: Mapping, node: str, image: str, now: float,
     if listed.node != node or name != node:
         return f"NodeImages {name[:253]} speaks for node {listed.node[:253]}, not {node}"
     if not listed.current(now):
+        assert listed.observed_at is not None and listed.expires_at is not None  # as every runtime list has
         return (f"node {node}'s NodeImages is not current (observed {format_time(listed.observed_at)}, lease "
                 f"until {format_time(listed.expires_at)})")
     if listed.sandbox_missing is None:
@@ -350,7 +353,7 @@ def sandbox_unconfirmed(node_images: Mapping, node: str, image: str, now: float,
 _BEFORE_SANDBOX = frozenset({"ContainerCreating", "PodInitializing"})
 
 
-def awaiting_sandbox(pod: Mapping) -> bool:
+def awaiting_sandbox(pod: Mapping[str, Any]) -> bool:
     """Bound to a node, not settled, and with no sign yet that its sandbox is up: no
     PodReadyToStartContainers condition True (pkg/kubelet/status/generate.go), no container
     past ContainerCreating/PodInitializing."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from image_preflight.core.objects import as_mapping, as_text
 from image_preflight.core.watchdog.pull_failures import (
@@ -59,7 +60,7 @@ class Stall:
     labels: tuple[tuple[str, str], ...] = ()  # the Pod's (sorted): whose Pod it is (pull_failures.not_the_jobs_pod)
 
 
-def pod_stall(pod: Mapping, now: float, *, include_always: bool) -> Stall | None:
+def pod_stall(pod: Mapping[str, Any], now: float, *, include_always: bool) -> Stall | None:
     stuck = stuck_containers(pod, include_always=include_always)
     metadata = as_mapping(pod.get("metadata"))
     uid = as_text(metadata.get("uid"))
@@ -70,7 +71,7 @@ def pod_stall(pod: Mapping, now: float, *, include_always: bool) -> Stall | None
                  controller_of(pod), as_text(spec.get("nodeName")), stuck[0], None, now, labels_of(pod))
 
 
-def denial_stall(event: Mapping, now: float, webhooks: frozenset[str]) -> Stall | None:
+def denial_stall(event: Mapping[str, Any], now: float, webhooks: frozenset[str]) -> Stall | None:
     denial = webhook_denial(event, webhooks)
     job = as_mapping(event.get("involvedObject"))
     if denial is None or not as_text(job.get("uid")):
@@ -100,7 +101,7 @@ def sandbox_stall(uid: str, pod: _Unstarted, failure: SandboxFailure, since: flo
                  pod.labels)
 
 
-def pod_key(pod: Mapping) -> str:
+def pod_key(pod: Mapping[str, Any]) -> str:
     return f"{POD}{as_text(as_mapping(pod.get('metadata')).get('uid'))}"
 
 
@@ -110,7 +111,7 @@ def report_key(namespace: str, name: str, uid: str) -> str:
     return f"{REPORT}{namespace}/{name}/{uid}"
 
 
-def event_key(event: Mapping) -> str:
+def event_key(event: Mapping[str, Any]) -> str:
     """A FailedCreatePodSandBox is keyed by the Pod it names (report_key), a FailedCreate by its Job."""
     involved = as_mapping(event.get("involvedObject"))
     if event.get("reason") == FAILED_SANDBOX:
@@ -136,7 +137,7 @@ class Stalls:
 
     # -- what the watches report ---------------------------------------------------------------
 
-    def see_pod(self, pod: Mapping, now: float) -> None:
+    def see_pod(self, pod: Mapping[str, Any], now: float) -> None:
         key = pod_key(pod)
         self._see_unstarted(pod)
         stall = pod_stall(pod, now, include_always=self.include_always)
@@ -148,12 +149,12 @@ class Stalls:
             since = earlier[0].since if earlier else now
             self._pending[key] = (replace(stall, since=since), earlier[1] if earlier else since + self.grace)
 
-    def forget_pod(self, pod: Mapping) -> None:
+    def forget_pod(self, pod: Mapping[str, Any]) -> None:
         key = pod_key(pod)
         self.forget(key)
         self._forget_unstarted(key[len(POD):])
 
-    def _see_unstarted(self, pod: Mapping) -> None:
+    def _see_unstarted(self, pod: Mapping[str, Any]) -> None:
         metadata = as_mapping(pod.get("metadata"))
         uid = as_text(metadata.get("uid"))
         if not uid:
@@ -200,7 +201,7 @@ class Stalls:
         if pod is None or report_key(pod.namespace, pod.name, uid) == key:
             self.forget(SANDBOX + uid)
 
-    def see_event(self, event: Mapping, now: float) -> str | None:
+    def see_event(self, event: Mapping[str, Any], now: float) -> str | None:
         """Take in a FailedCreate or FailedCreatePodSandBox Event; why it is ignored (one line)
         when it would have counted but cannot be trusted (pull_failures.untrusted), else None."""
         failure = sandbox_image_missing(event)
@@ -224,11 +225,11 @@ class Stalls:
             # Reported again (the Event's count rises): keep the first sighting, take the newer words.
             self._sandbox[key] = (failure, earlier[1] if earlier else now)
             self._arm_sandbox(failure.pod_uid)
-        elif stall.key not in self._handed and stall.key not in self._pending:
+        elif stall is not None and stall.key not in self._handed and stall.key not in self._pending:
             self._pending[stall.key] = (stall, now)
         return None
 
-    def forget_event(self, event: Mapping) -> None:
+    def forget_event(self, event: Mapping[str, Any]) -> None:
         self._ignored.discard(as_text(as_mapping(event.get("metadata")).get("uid")))
         key = event_key(event)
         if key.startswith(REPORT):
