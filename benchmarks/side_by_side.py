@@ -131,8 +131,9 @@ def add_fleet(plane, count: int, images: list[list[str]]) -> None:
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(one, range(count)))
     core = plane.core()
-    wait_for(lambda: not any(t.key == "node.kubernetes.io/not-ready" for node in
-                             core.list_node(label_selector=f"{POOL_KEY}={FLEET}").items for t in node.spec.taints or ()),
+    wait_for(lambda: not any(t.key == "node.kubernetes.io/not-ready"
+                             for node in core.list_node(label_selector=f"{POOL_KEY}={FLEET}").items
+                             for t in node.spec.taints or ()),
              f"{count} fleet nodes Ready", timeout_s=600, interval_s=2.0)
 
 
