@@ -5,6 +5,7 @@ benchmarks/peers/*.yaml).
 
     benchmarks/peers/build                                   # once: Gatekeeper and Kyverno, cached
     .venv/bin/python benchmarks/side_by_side.py --real-node  # --seconds 30 --rate 20 --clients 4 --runs 3
+    .venv/bin/python benchmarks/side_by_side.py --real-node --fleet 1000
 
 1. Decisions. Rollout Jobs as agent-lightning renders them for SWE-smith rows (and the Pod a
    Deployment makes), against one cluster state: a worker whose runtime holds 53 images, of which
@@ -21,6 +22,11 @@ benchmarks/peers/*.yaml).
    apiserver's own spans (KEP-647 tracing: "Create" for the whole request, "Call validating
    webhook" for the webhook call, counted against the creations), and the CPU and RSS of the
    peer's processes (image-preflight's: serve and the node agent).
+
+With --fleet N, N more nodes beside them, each listing the worker's status images, in a pool
+tainted so that no case lands there: every policy that reads Nodes reads them all. A peer that
+cannot be set up as written there, or never tells the held image from the absent one, is left out
+of the tables with the reason printed.
 
 Needs tests/controlplane/build's folder on PATH (and root, for --real-node). Prints markdown tables.
 """
