@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Union
 
-from image_preflight.core.decide import decision as core
+from image_preflight.core.decide import decision
 from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES, Inventory
 from image_preflight.core.decide.workloads import WORKLOAD_KINDS, pod_spec_of
 from image_preflight.files.inventory import load_inventory_file
@@ -40,8 +40,8 @@ def load_inventory(path_or_paths: PathLike | Sequence[PathLike], *, max_images: 
     return load_inventory_file([Path(p) for p in paths], max_images=max_images)
 
 
-def decide(workload_or_pod_spec: Mapping, inventory: Inventory, *, require: str = core.REQUIRE_ALL,
-           now: float | None = None) -> core.Decision:
+def decide(workload_or_pod_spec: Mapping, inventory: Inventory, *, require: str = decision.REQUIRE_ALL,
+           now: float | None = None) -> decision.Decision:
     """The webhook's verdict on a workload (a Job, Pod, CronJob, Deployment, ... as the API serves
     it) or a bare pod spec: can its IfNotPresent/Never images be found where its pods may land?
 
@@ -52,5 +52,5 @@ def decide(workload_or_pod_spec: Mapping, inventory: Inventory, *, require: str 
     """
     kind = workload_or_pod_spec.get("kind") if isinstance(workload_or_pod_spec, Mapping) else None
     spec = pod_spec_of(workload_or_pod_spec) if kind in WORKLOAD_KINDS else workload_or_pod_spec
-    return core.decide(spec, inventory, require=require, now=time.time() if now is None else now,
+    return decision.decide(spec, inventory, require=require, now=time.time() if now is None else now,
                        kind=kind if kind in WORKLOAD_KINDS else "Pod")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from image_preflight.core.decide import decision as core
+from image_preflight.core.decide.decision import REQUIRE_ALL, Decision, ImageGroup, ImageStatus, Outcome, decide
 from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.decide.scheduling import SchedulingSpecError
 from image_preflight.core.decide.words import sandbox_clauses
@@ -75,7 +75,7 @@ class RowJudge:
         template: JobTemplate,
         inventory: Inventory,
         *,
-        require: str = core.REQUIRE_ALL,
+        require: str = REQUIRE_ALL,
         keep_unknown: bool = False,
         now: float | None = None,
     ) -> None:
@@ -197,7 +197,7 @@ class RowJudge:
 
     def _decide(self, spec: Mapping, missing_fields: tuple[str, ...] = ()) -> RowVerdict:
         try:
-            decision = core.decide(spec, self.inventory, require=self.require, now=self.now)
+            decision = decide(spec, self.inventory, require=self.require, now=self.now)
         except (WorkloadError, SchedulingSpecError) as exc:
             return RowVerdict(UNRENDERABLE, detail=str(exc))
         verdict = verdict_of(decision, self.inventory, now=self.now, keep_unknown=self.keep_unknown)
@@ -209,36 +209,35 @@ def _presence(reached: tuple[int, object], length: int) -> object:
     return True if depth == length else (depth, _freeze(value))
 
 
-def verdict_of(decision: core.Decision, inventory: Inventory, *, now: float | None = None,
+def verdict_of(decision: Decision, inventory: Inventory, *, now: float | None = None,
                keep_unknown: bool = False) -> RowVerdict:
-    invalid = decision.with_status(core.INVALID)
+    invalid = decision.images(ImageStatus.INVALID)
     if invalid:
-        return RowVerdict(INVALID, _images(invalid), detail=invalid[0].detail)
-    if decision.outcome == core.NO_ELIGIBLE_NODE:
+        return RowVerdict(INVALID, invalid.images, detail=invalid.verdicts[0].detail)
+    if decision.outcome == Outcome.NO_ELIGIBLE_NODE:
         reasons = "; ".join(f"{count} {reason}" for reason, count in decision.ineligible) or "no nodes in the inventory"
         return RowVerdict(NO_ELIGIBLE_NODE, detail=reasons)
-    if decision.outcome == core.DENY:
+    if decision.outcome == Outcome.DENY:
         # Only images some node really lacks go to the build list; a node without its sandbox
-        # image is named once, for that (core/decide/decision.py, Decision.image_missing_on).
-        missing = [v for v in decision.with_status(core.MISSING) if decision.image_missing_on(v)]
+        # image is named once, for that (core/decide/decision.py, Decision.images).
+        missing = decision.images(ImageStatus.MISSING)
         if missing:
-            return RowVerdict(MISSING_IMAGE, _images(missing), _nodes(decision.image_missing_on(v) for v in missing))
+            return RowVerdict(MISSING_IMAGE, missing.images, missing.nodes)
         # Denied with no image missing on a node that runs pods: the denial is the sandbox's.
-        return RowVerdict(NO_SANDBOX, nodes=tuple(dict.fromkeys(n for n, _ in decision.sandbox_missing)),
-                          detail="; ".join(sandbox_clauses(decision)))
-    if decision.outcome == core.Verdict.UNKNOWN:
-        unknown = decision.with_status(core.UNKNOWN)
-        return RowVerdict(UNKNOWN, _images(unknown), _nodes(v.unknown_on for v in unknown),
+        return RowVerdict(NO_SANDBOX, nodes=decision.halted, detail="; ".join(sandbox_clauses(decision)))
+    if decision.outcome == Outcome.UNKNOWN:
+        unknown = decision.images(ImageStatus.UNKNOWN)
+        return RowVerdict(UNKNOWN, unknown.images, unknown.nodes,
                           decision.unplaced or _unconfirmed_because(unknown, inventory, now),
                           unconfirmed=keep_unknown, needed=_needed(decision) if keep_unknown else ())
     return RowVerdict(KEPT, needed=_needed(decision))
 
 
-def _unconfirmed_because(unknown: list[core.ImageVerdict], inventory: Inventory, now: float | None) -> str:
+def _unconfirmed_because(unknown: ImageGroup, inventory: Inventory, now: float | None) -> str:
     """Why each node's list cannot confirm the images: "cpu-1, cpu-2: list capped by nodeStatusMaxImages"."""
     by_reason: dict[str, list[str]] = {}
-    for verdict in unknown:
-        for name in verdict.unknown_on:
+    for verdict, names in unknown:
+        for name in names:
             node = inventory.get(name)
             because = node.inconclusive_because(now, verdict.key or "") if node is not None else ""
             nodes = by_reason.setdefault(because or "list unconfirmed", [])
@@ -249,17 +248,9 @@ def _unconfirmed_because(unknown: list[core.ImageVerdict], inventory: Inventory,
     return "; ".join(f"{', '.join(nodes)}: {because}" for because, nodes in by_reason.items())
 
 
-def _images(verdicts: Iterable[core.ImageVerdict]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(v.image.image for v in verdicts))
-
-
-def _needed(decision: core.Decision) -> tuple[str, ...]:
+def _needed(decision: Decision) -> tuple[str, ...]:
     """The names the kubelet asks the node for: every judged image not pulled Always."""
     return tuple(dict.fromkeys(v.key for v in decision.verdicts if v.image.node_dependent and v.key is not None))
-
-
-def _nodes(groups: Iterable[tuple[str, ...]]) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(n for group in groups for n in group))
 
 
 def _freeze(value: object) -> object:

@@ -8,7 +8,7 @@ from pathlib import Path
 from image_preflight.commands import add_command, log_level_flag, max_images_flag, metrics_port_flag
 from image_preflight.core.admission.settings import MODES, UNKNOWN_POLICIES, Mode, Settings
 from image_preflight.core.admission.steering import DEFAULT_MAX_NODES
-from image_preflight.core.decide.decision import REQUIRE_ALL, REQUIRE_ANY, Requirement, Verdict
+from image_preflight.core.decide.decision import REQUIRE_ALL, REQUIRE_ANY, Outcome, Requirement
 from image_preflight.errors import UsageError
 from image_preflight.flags import (
     ADDRESS,
@@ -71,7 +71,7 @@ class ServeConfig(Flags):
     cluster: ClusterFlags = flags_of(ClusterFlags, when="without --inventory: ")
     mode: Mode = flag(Mode.ENFORCE, choices=MODES, help="enforce denies; warn and audit admit everything and only "
                       "warn or log")
-    unknown: Verdict = flag(Verdict.ALLOW, choices=UNKNOWN_POLICIES,
+    unknown: Outcome = flag(Outcome.ALLOW, choices=UNKNOWN_POLICIES,
                             help="what an image no list can confirm does (allow: with a warning)")
     require: str = flag(REQUIRE_ALL, choices=(REQUIRE_ALL, REQUIRE_ANY),
                         help="where the images must be, for Pods, and for Jobs and other templates unless --steer")

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
-from image_preflight.core.decide.decision import ALLOW, DENY, decide
+from image_preflight.core.decide.decision import Outcome, decide
 from image_preflight.core.decide.runtime_classes import runtime_class_from_object
 from image_preflight.core.decide.workloads import pod_spec_of
 from image_preflight.core.sources.snapshots import load_snapshot
@@ -153,7 +153,7 @@ def test_a_daemonset_runs_on_exactly_the_nodes_the_decision_named(control_plane,
     left out."""
     daemon_set = _daemon_set("held", HELD)
     decision = _decision(control_plane, daemon_set)
-    assert (decision.outcome, set(decision.eligible)) == (ALLOW, {_node("a"), _node("b"), _node("d")})
+    assert (decision.outcome, set(decision.eligible)) == (Outcome.ALLOW, {_node("a"), _node("b"), _node("d")})
     assert _created(control_plane, namespace, daemon_set)
     assert _bound_nodes(control_plane, namespace, "held", 3) == set(decision.eligible)
 
@@ -165,7 +165,7 @@ def test_a_daemonset_gets_pods_only_where_its_image_is(control_plane, namespace)
     decision (for a webhook that also checks daemonsets)."""
     daemon_set = _daemon_set("only-a", ONLY_A)
     decision = _decision(control_plane, daemon_set)
-    assert decision.outcome == DENY
+    assert decision.outcome == Outcome.DENY
     assert {n for v in decision.verdicts for n in v.missing_on} == {_node("b"), _node("d")}
     assert _created(control_plane, namespace, daemon_set)
     core = control_plane.core()

@@ -22,7 +22,7 @@ from image_preflight.cli import main
 from image_preflight.core.admission.answers import API_VERSION
 from image_preflight.core.admission.review import admit
 from image_preflight.core.admission.settings import Settings
-from image_preflight.core.decide.decision import DENY, MISSING, UNKNOWN, decide
+from image_preflight.core.decide.decision import MISSING, UNKNOWN, Outcome, decide
 from image_preflight.core.decide.inventory import image_key
 from image_preflight.core.sources.runtime_lists import (
     AGENT_NAMESPACE,
@@ -213,7 +213,7 @@ def test_a_published_complete_list_turns_unknown_into_a_denial(nodes, publisher_
     now = time.time()
     # Node status alone: cpu-1 is at the cap, so an image absent there proves nothing.
     before = decide(job_spec(NEVER_BUILT), live.current, now=now)
-    assert (before.outcome, before.verdicts[0].unknown_on) == (UNKNOWN, (nodes.cpu,))
+    assert (before.outcome, before.verdicts[0].unknown_on) == (Outcome.UNKNOWN, (nodes.cpu,))
     assert admit(job_review(NEVER_BUILT), live.current, Settings(), now=now).review["response"]["allowed"] is True
 
     # The agent publishes the runtime's complete list.
@@ -221,7 +221,7 @@ def test_a_published_complete_list_turns_unknown_into_a_denial(nodes, publisher_
     wait_until(lambda: source_of(live, nodes.cpu) == "cri", "the webhook's inventory takes the published list")
 
     decision = decide(job_spec(NEVER_BUILT), live.current, now=now)
-    assert decision.outcome == DENY
+    assert decision.outcome == Outcome.DENY
     assert (decision.verdicts[0].status, decision.verdicts[0].missing_on) == (MISSING, (nodes.cpu,))
     assert decision.eligible == (nodes.cpu,)  # the node's labels still come from node status
     response = admit(job_review(NEVER_BUILT), live.current, Settings(), now=now).review["response"]
@@ -238,14 +238,15 @@ def test_a_hashed_list_renewed_by_its_lease_proves_absences_past_its_own_lease(c
     publisher = Publisher(publisher_api, nodes.cpu, lease_seconds=30, hashed=True)
     assert publisher.publish(runtime_images(HELD), now=now - 25) == CREATE  # current until now + 5 s
     wait_until(lambda: source_of(live, nodes.cpu) == "cri", "the webhook's inventory takes the published list")
-    assert decide(job_spec(NEVER_BUILT), live.current, now=now + 20).outcome == UNKNOWN  # its lease ran out
+    assert decide(job_spec(NEVER_BUILT), live.current, now=now + 20).outcome == Outcome.UNKNOWN  # its lease ran out
     assert publisher.publish(runtime_images(HELD), now=now) == RENEW  # the Lease alone
-    wait_until(lambda: decide(job_spec(NEVER_BUILT), live.current, now=now + 20).outcome == DENY,
+    wait_until(lambda: decide(job_spec(NEVER_BUILT), live.current, now=now + 20).outcome == Outcome.DENY,
                "the Lease's renewal reaches the webhook's inventory")
-    assert decide(job_spec(NEVER_BUILT), live.current, now=now + 31).outcome == UNKNOWN  # the renewal's lease too
+    # The renewal's lease runs out too.
+    assert decide(job_spec(NEVER_BUILT), live.current, now=now + 31).outcome == Outcome.UNKNOWN
     # The Lease gone, the list counts as written again.
     k8s.CoordinationV1Api(control_plane.core().api_client).delete_namespaced_lease(nodes.cpu, AGENT_NAMESPACE)
-    wait_until(lambda: decide(job_spec(NEVER_BUILT), live.current, now=now + 20).outcome == UNKNOWN,
+    wait_until(lambda: decide(job_spec(NEVER_BUILT), live.current, now=now + 20).outcome == Outcome.UNKNOWN,
                "the deleted Lease renews nothing")
 
 
@@ -259,7 +260,8 @@ def test_an_expired_lease_makes_the_list_prove_nothing(control_plane, nodes, wat
     fresh = decide(job_spec(NEVER_BUILT), live.current, now=published_at + 59)
     stale = decide(job_spec(NEVER_BUILT), live.current, now=published_at + 60)
     assert fresh.verdicts[0].status == MISSING
-    assert (stale.outcome, stale.verdicts[0].status, stale.verdicts[0].unknown_on) == (UNKNOWN, UNKNOWN, (nodes.cpu,))
+    assert (stale.outcome, stale.verdicts[0].status, stale.verdicts[0].unknown_on) == (
+        Outcome.UNKNOWN, UNKNOWN, (nodes.cpu,))
     assert admit(job_review(NEVER_BUILT), live.current, Settings(), now=published_at + 60).review["response"][
         "allowed"] is True
     # Held images stay confirmed: a stale list still shows what was there.
@@ -278,7 +280,8 @@ def test_a_runtime_without_its_sandbox_image_denies_every_job_that_may_land_ther
     wait_until(lambda: source_of(live, nodes.cpu) == "cri", "the published list is picked up")
 
     decision = decide(job_spec(BUILT), live.current, now=now)
-    assert (decision.outcome, decision.sandbox_missing) == (DENY, ((nodes.cpu, "registry.k8s.io/pause:3.10.1"),))
+    assert (decision.outcome, decision.sandbox_missing) == (
+        Outcome.DENY, ((nodes.cpu, "registry.k8s.io/pause:3.10.1"),))
     response = admit(job_review(BUILT), live.current, Settings(), now=now).review["response"]
     assert (response["allowed"], response["status"]["code"]) == (False, 422)
     assert response["status"]["message"].startswith(
@@ -299,7 +302,7 @@ def test_updates_and_deletions_are_followed(control_plane, nodes, publisher_api,
 
     custom_api(control_plane).delete_cluster_custom_object(GROUP, VERSION, PLURAL, nodes.cpu)
     wait_until(lambda: source_of(live, nodes.cpu) == "node-status", "node status is the source again")
-    assert decide(job_spec(NEVER_BUILT), live.current, now=now).outcome == UNKNOWN
+    assert decide(job_spec(NEVER_BUILT), live.current, now=now).outcome == Outcome.UNKNOWN
 
 
 def test_without_the_crd_node_status_stays_the_source_until_it_is_installed(
@@ -307,7 +310,7 @@ def test_without_the_crd_node_status_stays_the_source_until_it_is_installed(
     live, runtime = watched(absent_retry=0.05)
     assert runtime.absent
     assert source_of(live, nodes.cpu) == "node-status"
-    assert decide(job_spec(NEVER_BUILT), live.current, now=time.time()).outcome == UNKNOWN
+    assert decide(job_spec(NEVER_BUILT), live.current, now=time.time()).outcome == Outcome.UNKNOWN
     wait_for(lambda: len([r for r in nodeimages_requests(control_plane, reader, "list") if r["code"] == 404]) >= 2,
              "the list is tried again while the CRD is missing", timeout_s=DEADLINE_S)
 
@@ -315,7 +318,7 @@ def test_without_the_crd_node_status_stays_the_source_until_it_is_installed(
     create_node_images(control_plane, node_images(nodes.cpu, HELD, observed_at=time.time()))
     wait_until(lambda: source_of(live, nodes.cpu) == "cri", "the list is picked up once the CRD exists")
     assert not runtime.absent
-    assert decide(job_spec(NEVER_BUILT), live.current, now=time.time()).outcome == DENY
+    assert decide(job_spec(NEVER_BUILT), live.current, now=time.time()).outcome == Outcome.DENY
 
 
 def test_a_started_watch_stops(service_accounts, reader):

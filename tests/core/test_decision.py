@@ -3,16 +3,14 @@ import json
 import pytest
 
 from image_preflight.core.decide.decision import (
-    ALLOW,
-    DENY,
     INVALID,
     MISSING,
-    NO_ELIGIBLE_NODE,
     NOT_CHECKED,
     PRESENT,
     REQUIRE_ALL,
     REQUIRE_ANY,
     UNKNOWN,
+    Outcome,
     decide,
     decide_images,
     eligible_nodes,
@@ -35,7 +33,7 @@ def statuses(decision):
 
 def test_present_on_every_eligible_node():
     decision = decide(pod(SWE), inv(node("a", SWE), node("b", "docker.io/" + SWE)))
-    assert decision.outcome == ALLOW
+    assert decision.outcome == Outcome.ALLOW
     [verdict] = decision.verdicts
     assert verdict.status == PRESENT
     assert verdict.key == "docker.io/" + SWE
@@ -45,7 +43,7 @@ def test_present_on_every_eligible_node():
 
 def test_missing_on_one_node_denies_by_default():
     decision = decide(pod(SWE), inv(node("a", SWE), node("b", "python:3.11"), node("c", SWE)))
-    assert decision.outcome == DENY
+    assert decision.outcome == Outcome.DENY
     [verdict] = decision.verdicts
     assert verdict.status == MISSING
     assert verdict.missing_on == ("b",)
@@ -53,28 +51,28 @@ def test_missing_on_one_node_denies_by_default():
 
 def test_missing_everywhere_lists_every_node():
     decision = decide(pod(SWE), inv(node("a"), node("b")))
-    assert decision.outcome == DENY
+    assert decision.outcome == Outcome.DENY
     assert decision.verdicts[0].missing_on == ("a", "b")
 
 
 def test_require_any_relaxes():
     inventory = inv(node("a", SWE), node("b"))
-    assert decide(pod(SWE), inventory, require=REQUIRE_ALL).outcome == DENY
+    assert decide(pod(SWE), inventory, require=REQUIRE_ALL).outcome == Outcome.DENY
     decision = decide(pod(SWE), inventory, require=REQUIRE_ANY)
-    assert decision.outcome == ALLOW
+    assert decision.outcome == Outcome.ALLOW
     assert decision.verdicts[0].status == PRESENT
     assert decision.verdicts[0].missing_on == ("b",)
 
 
 def test_require_any_missing_everywhere_denies():
     decision = decide(pod(SWE), inv(node("a"), node("b")), require=REQUIRE_ANY)
-    assert decision.outcome == DENY
+    assert decision.outcome == Outcome.DENY
     assert decision.verdicts[0].status == MISSING
 
 
 def test_require_any_with_an_inconclusive_node_is_unknown():
     decision = decide(pod(SWE), inv(node("a"), node("b", complete=False)), require=REQUIRE_ANY)
-    assert decision.outcome == UNKNOWN
+    assert decision.outcome == Outcome.UNKNOWN
     assert decision.verdicts[0].status == UNKNOWN
     assert decision.verdicts[0].unknown_on == ("b",)
     assert decision.verdicts[0].missing_on == ("a",)
@@ -87,7 +85,7 @@ def test_require_must_be_all_or_any():
 
 def test_truncated_node_makes_absence_unknown_never_missing():
     decision = decide(pod(SWE), inv(node("a", SWE), node("b", "python:3.11", complete=False)))
-    assert decision.outcome == UNKNOWN
+    assert decision.outcome == Outcome.UNKNOWN
     [verdict] = decision.verdicts
     assert verdict.status == UNKNOWN
     assert verdict.unknown_on == ("b",) and verdict.missing_on == ()
@@ -95,12 +93,12 @@ def test_truncated_node_makes_absence_unknown_never_missing():
 
 def test_truncated_node_holding_the_image_counts_as_present():
     decision = decide(pod(SWE), inv(node("a", SWE, complete=False)))
-    assert decision.outcome == ALLOW
+    assert decision.outcome == Outcome.ALLOW
 
 
 def test_missing_on_a_complete_node_outweighs_unknown_on_a_truncated_one():
     decision = decide(pod(SWE), inv(node("a"), node("b", complete=False)))
-    assert decision.outcome == DENY
+    assert decision.outcome == Outcome.DENY
     verdict = decision.verdicts[0]
     assert verdict.status == MISSING
     assert verdict.missing_on == ("a",) and verdict.unknown_on == ("b",)
@@ -109,9 +107,9 @@ def test_missing_on_a_complete_node_outweighs_unknown_on_a_truncated_one():
 @pytest.mark.parametrize(
     ("now", "status", "outcome"),
     [
-        (NOW - 1, MISSING, DENY),
-        (NOW, UNKNOWN, UNKNOWN),  # the lease ends at expires_at
-        (NOW + 3600, UNKNOWN, UNKNOWN),
+        (NOW - 1, MISSING, Outcome.DENY),
+        (NOW, UNKNOWN, Outcome.UNKNOWN),  # the lease ends at expires_at
+        (NOW + 3600, UNKNOWN, Outcome.UNKNOWN),
     ],
 )
 def test_expired_lease_makes_absence_unknown(now, status, outcome):
@@ -122,21 +120,21 @@ def test_expired_lease_makes_absence_unknown(now, status, outcome):
 
 def test_expired_lease_still_proves_presence():
     decision = decide(pod(SWE), inv(node("a", SWE, expires_at=NOW)), now=NOW + 3600)
-    assert decision.outcome == ALLOW
+    assert decision.outcome == Outcome.ALLOW
 
 
 @pytest.mark.parametrize("policy", ["Always", None])
 def test_always_is_not_checked(policy):
     image = SWE.replace(":openai", ":latest") if policy is None else SWE  # None: defaulted to Always
     decision = decide(pod((image, policy)), inv(node("a"), node("b", complete=False)))
-    assert decision.outcome == ALLOW
+    assert decision.outcome == Outcome.ALLOW
     [verdict] = decision.verdicts
     assert verdict.status == NOT_CHECKED
     assert verdict.image.pull_policy == "Always"
     assert verdict.missing_on == () and verdict.unknown_on == ()
 
 
-@pytest.mark.parametrize(("names", "outcome"), [((SWE,), ALLOW), ((), DENY)])
+@pytest.mark.parametrize(("names", "outcome"), [((SWE,), Outcome.ALLOW), ((), Outcome.DENY)])
 def test_never_is_checked_like_if_not_present(names, outcome):
     decision = decide(pod(SWE, policy="Never"), inv(node("a", *names)))
     assert decision.outcome == outcome
@@ -146,14 +144,14 @@ def test_never_is_checked_like_if_not_present(names, outcome):
 def test_defaulted_policy_is_checked():
     decision = decide(pod(SWE, policy=None), inv(node("a")))
     assert decision.verdicts[0].image.pull_policy == "IfNotPresent"
-    assert decision.outcome == DENY
+    assert decision.outcome == Outcome.DENY
 
 
 @pytest.mark.parametrize("policy", ["Always", "IfNotPresent", "Never"])
 @pytest.mark.parametrize("image", [":openai", "swebench/X:openai", "x:" + "t" * 129, "a" * 64])
 def test_invalid_reference_denies(image, policy):
     decision = decide(pod(image, policy=policy), inv(node("a")))
-    assert decision.outcome == DENY
+    assert decision.outcome == Outcome.DENY
     [verdict] = decision.verdicts
     assert verdict.status == INVALID
     assert verdict.key is None
@@ -162,8 +160,8 @@ def test_invalid_reference_denies(image, policy):
 
 def test_invalid_reference_denies_even_without_eligible_nodes():
     decision = decide(pod(":openai"), inv())
-    assert decision.outcome == DENY
-    assert decision.with_status(INVALID)[0].image.image == ":openai"
+    assert decision.outcome == Outcome.DENY
+    assert decision.images(INVALID).images == (":openai",)
 
 
 def test_reference_spellings_match_node_names():
@@ -183,20 +181,20 @@ def test_reference_spellings_match_node_names():
     )
     decision = decide(spec, inv(held))
     assert statuses(decision) == [PRESENT] * 5
-    assert decision.outcome == ALLOW
+    assert decision.outcome == Outcome.ALLOW
 
 
 def test_digest_is_not_satisfied_by_the_tag():
     decision = decide(pod("python@" + DIGEST), inv(node("a", "docker.io/library/python:3.11")))
-    assert decision.outcome == DENY
+    assert decision.outcome == Outcome.DENY
 
 
 def test_image_id_is_found_among_the_node_ids():
     decision = decide(pod(DIGEST), inv(node("a", "python:3.11", ids=[DIGEST])))
     assert decision.verdicts[0].image.pull_policy == "IfNotPresent"
     assert decision.verdicts[0].status == PRESENT
-    assert decision.outcome == ALLOW
-    assert decide(pod("sha256:" + "e" * 64), inv(node("a", ids=[DIGEST]))).outcome == DENY
+    assert decision.outcome == Outcome.ALLOW
+    assert decide(pod("sha256:" + "e" * 64), inv(node("a", ids=[DIGEST]))).outcome == Outcome.DENY
 
 
 # --- outcome across images ---------------------------------------------------------------------
@@ -211,17 +209,17 @@ def test_every_container_field_counts():
     decision = decide(spec, inv(node("a", SWE, "debug:v1")))
     assert statuses(decision) == [MISSING, PRESENT, PRESENT]
     assert [v.image.container for v in decision.verdicts] == ["setup", "main", "dbg"]
-    assert decision.outcome == DENY
-    assert [v.image.image for v in decision.with_status(MISSING)] == ["setup:v1"]
+    assert decision.outcome == Outcome.DENY
+    assert decision.images(MISSING).images == ("setup:v1",)
 
 
 @pytest.mark.parametrize(
     ("names", "complete", "expected_statuses", "outcome"),
     [
-        ((SWE, "python:3.11"), True, [PRESENT, PRESENT, NOT_CHECKED], ALLOW),
-        ((SWE,), True, [PRESENT, MISSING, NOT_CHECKED], DENY),
-        ((SWE,), False, [PRESENT, UNKNOWN, NOT_CHECKED], UNKNOWN),
-        ((), False, [UNKNOWN, UNKNOWN, NOT_CHECKED], UNKNOWN),
+        ((SWE, "python:3.11"), True, [PRESENT, PRESENT, NOT_CHECKED], Outcome.ALLOW),
+        ((SWE,), True, [PRESENT, MISSING, NOT_CHECKED], Outcome.DENY),
+        ((SWE,), False, [PRESENT, UNKNOWN, NOT_CHECKED], Outcome.UNKNOWN),
+        ((), False, [UNKNOWN, UNKNOWN, NOT_CHECKED], Outcome.UNKNOWN),
     ],
 )
 def test_outcome_combines_images(names, complete, expected_statuses, outcome):
@@ -235,11 +233,11 @@ def test_invalid_outweighs_missing_and_unknown():
     spec = pod("Bad:v1", SWE, "python:3.11")
     decision = decide(spec, inv(node("a"), node("b", complete=False)))
     assert statuses(decision) == [INVALID, MISSING, MISSING]
-    assert decision.outcome == DENY
+    assert decision.outcome == Outcome.DENY
 
 
 def test_no_images_at_all_is_allowed():
-    assert decide({"containers": []}, inv()).outcome == ALLOW
+    assert decide({"containers": []}, inv()).outcome == Outcome.ALLOW
 
 
 # --- eligibility -------------------------------------------------------------------------------
@@ -251,9 +249,9 @@ def test_node_selector_restricts_which_nodes_count():
         node("rollout-2", SWE, labels={"pool": "rollout"}),
         node("system-1", labels={"pool": "system"}),
     )
-    assert decide(pod(SWE), inventory).outcome == DENY
+    assert decide(pod(SWE), inventory).outcome == Outcome.DENY
     decision = decide(pod(SWE, nodeSelector={"pool": "rollout"}), inventory)
-    assert decision.outcome == ALLOW
+    assert decision.outcome == Outcome.ALLOW
     assert decision.eligible == ("rollout-1", "rollout-2")
     assert decision.ineligible == ((REASON_AFFINITY, 1),)
 
@@ -262,24 +260,24 @@ def test_untolerated_taint_excludes_a_node_and_a_toleration_brings_it_back():
     gpu = Taint("nvidia.com/gpu", "present", "NoSchedule")
     inventory = inv(node("cpu-1", SWE), node("gpu-1", taints=[gpu]))
     decision = decide(pod(SWE), inventory)
-    assert decision.outcome == ALLOW
+    assert decision.outcome == Outcome.ALLOW
     assert decision.eligible == ("cpu-1",)
     assert decision.ineligible == (("node(s) had untolerated taint {nvidia.com/gpu: present}", 1),)
     tolerating = pod(SWE, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}])
     decision = decide(tolerating, inventory)
-    assert decision.outcome == DENY
+    assert decision.outcome == Outcome.DENY
     assert decision.verdicts[0].missing_on == ("gpu-1",)
 
 
 def test_prefer_no_schedule_does_not_exclude():
     soft = Taint("spot", "true", "PreferNoSchedule")
-    assert decide(pod(SWE), inv(node("a", SWE), node("b", taints=[soft]))).outcome == DENY
+    assert decide(pod(SWE), inv(node("a", SWE), node("b", taints=[soft]))).outcome == Outcome.DENY
 
 
 def test_no_eligible_node():
     inventory = inv(node("a", SWE, labels={"pool": "system"}), node("b", SWE, labels={"pool": "system"}))
     decision = decide(pod(SWE, nodeSelector={"pool": "rollout"}), inventory)
-    assert decision.outcome == NO_ELIGIBLE_NODE
+    assert decision.outcome == Outcome.NO_ELIGIBLE_NODE
     assert decision.eligible == ()
     assert decision.ineligible == ((REASON_AFFINITY, 2),)
     assert decision.verdicts[0].status == UNKNOWN
@@ -287,7 +285,7 @@ def test_no_eligible_node():
 
 def test_empty_inventory_has_no_eligible_node():
     decision = decide(pod(SWE), inv())
-    assert decision.outcome == NO_ELIGIBLE_NODE
+    assert decision.outcome == Outcome.NO_ELIGIBLE_NODE
     assert decision.ineligible == ()
 
 
@@ -295,7 +293,7 @@ def test_only_always_images_are_allowed_without_an_eligible_node():
     spec = pod(("python:latest", None), ("busybox", "Always"), nodeSelector={"pool": "nowhere"})
     for inventory in (inv(), inv(node("a", labels={"pool": "system"}))):
         decision = decide(spec, inventory)
-        assert decision.outcome == ALLOW
+        assert decision.outcome == Outcome.ALLOW
         assert statuses(decision) == [NOT_CHECKED, NOT_CHECKED]
 
 
@@ -315,8 +313,8 @@ def test_nodes_without_traits_are_always_eligible():
     )
     decision = decide(spec, inventory)
     assert decision.eligible == ("laptop",)
-    assert decision.outcome == ALLOW
-    assert decide(pod("python:3.11", nodeSelector={"pool": "rollout"}), inventory).outcome == DENY
+    assert decision.outcome == Outcome.ALLOW
+    assert decide(pod("python:3.11", nodeSelector={"pool": "rollout"}), inventory).outcome == Outcome.DENY
 
 
 def test_eligible_nodes_counts_reasons():
@@ -334,7 +332,7 @@ def test_eligible_nodes_counts_reasons():
 def test_decide_images_takes_prepared_images():
     images = [ContainerImage("main", "containers", SWE, "IfNotPresent")]
     decision = decide_images(images, PodPlacement(), inv(node("a", SWE)))
-    assert decision.outcome == ALLOW
+    assert decision.outcome == Outcome.ALLOW
     assert decision.verdicts[0].image is images[0]
 
 
@@ -387,11 +385,11 @@ def test_job_against_kubectl_nodes():
     inventory = cluster_snapshot()
     decision = decide(pod_spec_of(rollout_job(SWE)), inventory)
     assert decision.eligible == ("rollout-1", "rollout-2")  # the control plane's taint keeps it out
-    assert decision.outcome == DENY
+    assert decision.outcome == Outcome.DENY
     assert decision.verdicts[0].missing_on == ("rollout-2",)
-    assert decide(pod_spec_of(rollout_job(SWE)), inventory, require=REQUIRE_ANY).outcome == ALLOW
+    assert decide(pod_spec_of(rollout_job(SWE)), inventory, require=REQUIRE_ANY).outcome == Outcome.ALLOW
     pinned = rollout_job(SWE, nodeSelector={"kubernetes.io/hostname": "rollout-1"})
-    assert decide(pod_spec_of(pinned), inventory).outcome == ALLOW
+    assert decide(pod_spec_of(pinned), inventory).outcome == Outcome.ALLOW
 
 
 def test_job_against_nodes_and_a_runtime_list():
@@ -400,20 +398,20 @@ def test_job_against_nodes_and_a_runtime_list():
     inventory = cluster_snapshot(agent)
     spec = pod_spec_of(rollout_job(SWE))
     decision = decide(spec, inventory, now=NOW + 10)
-    assert decision.outcome == ALLOW
+    assert decision.outcome == Outcome.ALLOW
     assert decision.eligible == ("rollout-1", "rollout-2")  # rollout-2 kept its labels and taints
     # Once the lease has run out, a name the runtime list lacks proves nothing.
     later = decide(pod_spec_of(rollout_job("python:3.12")), inventory, now=NOW + 300)
     assert later.verdicts[0].missing_on == ("rollout-1",)
     assert later.verdicts[0].unknown_on == ("rollout-2",)
-    assert later.outcome == DENY
+    assert later.outcome == Outcome.DENY
 
 
 def test_job_against_a_truncated_node_list():
     crowded = [status_image(f"registry.example/team/img{i}", "v1") for i in range(50)]
     inventory = load_snapshot(node_list(kube_node("big", crowded)), source="nodes.json")
     decision = decide(pod_spec_of(rollout_job(SWE)), inventory)
-    assert decision.outcome == UNKNOWN
+    assert decision.outcome == Outcome.UNKNOWN
     assert decision.verdicts[0].unknown_on == ("big",)
 
 
@@ -422,8 +420,8 @@ def test_job_against_a_single_node_crictl_snapshot():
     inventory = load_snapshot(crictl, source="worker.json", node_name="worker")
     # A single-node snapshot has no traits, so the Job's selector cannot exclude it.
     spec = pod_spec_of(rollout_job(SWE, nodeSelector={"pool": "rollout"}))
-    assert decide(spec, inventory).outcome == ALLOW
-    assert decide(pod_spec_of(rollout_job("python:3.11")), inventory).outcome == DENY
+    assert decide(spec, inventory).outcome == Outcome.ALLOW
+    assert decide(pod_spec_of(rollout_job("python:3.11")), inventory).outcome == Outcome.DENY
 
 
 def test_an_image_id_is_unknown_against_node_status_and_decided_by_a_runtime_list():
@@ -442,7 +440,7 @@ def test_a_missing_image_volume_denies_and_is_named_as_a_volume():
     spec = pod(SWE, volumes=[{"name": "tools", "image": {"reference": "swe/tools:v1"}}])
     spec["containers"][0]["volumeMounts"] = [{"name": "tools", "mountPath": "/tools"}]
     decision = decide(spec, inv(node("n1", SWE)))
-    assert decision.outcome == DENY and statuses(decision) == [PRESENT, MISSING]
+    assert decision.outcome == Outcome.DENY and statuses(decision) == [PRESENT, MISSING]
     assert "image 'swe/tools:v1' (volume 'tools', imagePullPolicy IfNotPresent) is absent" in denial_message(decision)
 
 
@@ -451,7 +449,7 @@ def test_a_missing_image_volume_no_container_mounts_is_allowed():
     toKubeContainerImageVolumes): the pod runs."""
     spec = pod(SWE, volumes=[{"name": "tools", "image": {"reference": "swe/tools:v1"}}])
     decision = decide(spec, inv(node("n1", SWE)))
-    assert decision.outcome == ALLOW and statuses(decision) == [PRESENT]
+    assert decision.outcome == Outcome.ALLOW and statuses(decision) == [PRESENT]
 
 
 # --- remembered decisions (image_preflight.core.decide.memory) ------------------------------------
@@ -492,7 +490,7 @@ def test_a_remembered_decision_ends_when_a_lease_ends_and_before_the_one_it_saw(
     spec = {"containers": [{"name": "agent", "image": "python:3.11", "imagePullPolicy": "IfNotPresent"}]}
     before = decide(spec, cluster, now=NOW)  # cpu-2's lease runs: it lacks "python:3.11"
     after = decide(spec, cluster, now=NOW + 61)  # lease over: cpu-2 proves nothing
-    assert (before.outcome, after.outcome) == (DENY, UNKNOWN)
+    assert (before.outcome, after.outcome) == (Outcome.DENY, Outcome.UNKNOWN)
     assert decide(spec, cluster, now=NOW + 30) == before and decide(spec, cluster, now=NOW + 90) == after
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from image_preflight.core.admission.review import admit
 from image_preflight.core.admission.settings import Settings
-from image_preflight.core.decide.decision import ALLOW, DENY, NO_ELIGIBLE_NODE, UNKNOWN, decide
+from image_preflight.core.decide.decision import Outcome, decide
 from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.decide.runtime_classes import (
     RuntimeClassConflict,
@@ -44,7 +44,7 @@ def test_the_runtime_class_selector_and_tolerations_send_the_pod_to_its_nodes():
     image, would deny (a false deny); with it, only the sandbox node is eligible."""
     decision = decide(_spec(), _cluster(), now=NOW)
     assert decision.eligible == ("sandbox",)
-    assert decision.outcome == ALLOW
+    assert decision.outcome == Outcome.ALLOW
 
 
 def test_the_runtime_class_keeps_the_pod_off_nodes_that_lack_its_label():
@@ -52,12 +52,12 @@ def test_the_runtime_class_keeps_the_pod_off_nodes_that_lack_its_label():
     allow without the merge)."""
     decision = decide(_spec(), _cluster(sandbox_images=("other:1",), plain_images=(SWE,)), now=NOW)
     assert decision.eligible == ("sandbox",)
-    assert decision.outcome == DENY
+    assert decision.outcome == Outcome.DENY
 
 
 def test_a_conflicting_selector_is_forbidden_with_the_plugins_words():
     decision = decide(_spec(nodeSelector={"runtime": "runc"}), _cluster(), now=NOW)
-    assert decision.outcome == NO_ELIGIBLE_NODE
+    assert decision.outcome == Outcome.NO_ELIGIBLE_NODE
     assert decision.ineligible == (
         ("pod rejected: conflict: runtimeClass.scheduling.nodeSelector[runtime] = gvisor; "
          "pod.spec.nodeSelector[runtime] = runc", 2),)
@@ -69,12 +69,12 @@ def test_an_agreeing_selector_is_no_conflict():
 
 def test_a_runtime_class_the_inventory_does_not_hold_is_unknown_not_missing():
     decision = decide(_spec(), inv(node("plain", "other:1")), now=NOW)
-    assert decision.outcome == UNKNOWN
+    assert decision.outcome == Outcome.UNKNOWN
     assert decision.ineligible == (("RuntimeClass 'gvisor' is not in the inventory", 1),)
 
 
 def test_an_invalid_reference_is_denied_whatever_the_runtime_class():
-    assert decide(_spec(image="not a reference:1"), Inventory(), now=NOW).outcome == DENY
+    assert decide(_spec(image="not a reference:1"), Inventory(), now=NOW).outcome == Outcome.DENY
 
 
 def test_merging_twice_changes_nothing():

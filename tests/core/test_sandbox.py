@@ -15,14 +15,13 @@ import pytest
 from image_preflight.core.admission import messages, steering
 from image_preflight.core.decide import words
 from image_preflight.core.decide.decision import (
-    ALLOW,
-    DENY,
     MISSING,
     NOT_CHECKED,
     PRESENT,
     REQUIRE_ALL,
     REQUIRE_ANY,
     REQUIRE_ONE_NODE,
+    Outcome,
     decide,
 )
 from image_preflight.core.decide.inventory import Inventory, NodeImages
@@ -54,18 +53,30 @@ def statuses(decision) -> list[str]:
 def test_a_node_without_its_sandbox_image_lacks_every_image_even_those_it_holds():
     decision = decide(pod(IMAGE), cluster(node("a", *HELD, **LEASED),
                                           node("b", *HELD, sandbox_missing=PAUSE, **LEASED)), now=NOW)
-    assert decision.outcome == DENY
+    assert decision.outcome == Outcome.DENY
     assert statuses(decision) == [MISSING] and decision.verdicts[0].missing_on == ("b",)
     assert decision.sandbox_missing == (("b", PAUSE),)
     assert decision.runnable == ("a",)
-    assert decision.image_missing_on(decision.verdicts[0]) == ()  # b lacks it only for want of a sandbox
+    assert not decision.images(MISSING)  # b lacks it only for want of a sandbox
+
+
+def test_the_missing_images_name_only_the_nodes_that_start_pods():
+    """Decision.images(MISSING), which the denial, the warnings and the scanner's row all read."""
+    decision = decide(pod(IMAGE, "swe/other:openai"),
+                      cluster(node("a", *HELD, **LEASED), node("b", sandbox_missing=PAUSE, **LEASED),
+                              node("c", **LEASED)), now=NOW)
+    assert decision.halted == ("b",)
+    missing = decision.images(MISSING)
+    assert [(v.image.image, nodes) for v, nodes in missing] == [(IMAGE, ("c",)), ("swe/other:openai", ("a", "c"))]
+    assert (missing.images, missing.nodes) == ((IMAGE, "swe/other:openai"), ("c", "a"))
+    assert decision.images(MISSING) is missing  # made once per decision, which memory.py keeps
 
 
 @pytest.mark.parametrize("policy", ["Always", "Never", "IfNotPresent"])
 def test_under_require_all_a_pod_that_may_land_there_is_denied_whatever_its_pull_policy(policy):
     decision = decide(pod(IMAGE, policy=policy),
                       cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED)), now=NOW)
-    assert decision.outcome == DENY
+    assert decision.outcome == Outcome.DENY
     # Always images stay unchecked (a pull gets them): the node, not the image, is what fails.
     assert statuses(decision) == [NOT_CHECKED if policy == "Always" else MISSING]
 
@@ -73,21 +84,21 @@ def test_under_require_all_a_pod_that_may_land_there_is_denied_whatever_its_pull
 def test_under_require_any_some_node_that_can_start_the_pod_is_enough_and_none_is_a_denial():
     always = pod(IMAGE, policy="Always")
     mixed = cluster(node("a", **LEASED), node("b", sandbox_missing=PAUSE, **LEASED))
-    assert decide(always, mixed, require=REQUIRE_ANY, now=NOW).outcome == ALLOW
+    assert decide(always, mixed, require=REQUIRE_ANY, now=NOW).outcome == Outcome.ALLOW
     stranded = cluster(node("a", sandbox_missing=PAUSE, **LEASED), node("b", sandbox_missing=PAUSE, **LEASED))
-    assert decide(always, stranded, require=REQUIRE_ANY, now=NOW).outcome == DENY
+    assert decide(always, stranded, require=REQUIRE_ANY, now=NOW).outcome == Outcome.DENY
     # An image held only where no pod starts is held nowhere useful.
     only_there = decide(pod(IMAGE), cluster(node("a", **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED)),
                         require=REQUIRE_ANY, now=NOW)
-    assert only_there.outcome == DENY and statuses(only_there) == [MISSING]
+    assert only_there.outcome == Outcome.DENY and statuses(only_there) == [MISSING]
 
 
 def test_under_one_node_a_template_is_allowed_when_a_node_that_starts_pods_holds_its_images():
     inventory = cluster(node("a", *HELD, **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED))
     decision = decide(pod(IMAGE), inventory, require=REQUIRE_ONE_NODE, now=NOW)
-    assert decision.outcome == ALLOW and statuses(decision) == [PRESENT]
+    assert decision.outcome == Outcome.ALLOW and statuses(decision) == [PRESENT]
     held_only_there = cluster(node("a", **LEASED), node("b", *HELD, sandbox_missing=PAUSE, **LEASED))
-    assert decide(pod(IMAGE), held_only_there, require=REQUIRE_ONE_NODE, now=NOW).outcome == DENY
+    assert decide(pod(IMAGE), held_only_there, require=REQUIRE_ONE_NODE, now=NOW).outcome == Outcome.DENY
 
 
 def test_a_stale_report_proves_nothing_and_the_remembered_decision_ends_with_its_lease():
@@ -95,7 +106,7 @@ def test_a_stale_report_proves_nothing_and_the_remembered_decision_ends_with_its
                         node("b", *HELD, sandbox_missing=PAUSE, expires_at=NOW + 60, observed_at=NOW, source="cri"))
     before = decide(pod(IMAGE), inventory, now=NOW)
     after = decide(pod(IMAGE), inventory, now=NOW + 60)
-    assert (before.outcome, after.outcome) == (DENY, ALLOW)
+    assert (before.outcome, after.outcome) == (Outcome.DENY, Outcome.ALLOW)
     assert after.sandbox_missing == ()
     assert decide(pod(IMAGE), inventory, now=NOW + 30) == before  # from memory, within the same window
 
@@ -113,8 +124,8 @@ def test_a_remembered_decision_equals_a_fresh_one():
 
 def test_only_eligible_nodes_count():
     inventory = cluster(node("a", *HELD, **LEASED), node("gpu", sandbox_missing=PAUSE, taints=[GPU], **LEASED))
-    assert decide(pod(IMAGE), inventory, now=NOW).outcome == ALLOW
-    assert decide(pod(IMAGE, nodeName="a"), inventory, now=NOW).outcome == ALLOW
+    assert decide(pod(IMAGE), inventory, now=NOW).outcome == Outcome.ALLOW
+    assert decide(pod(IMAGE, nodeName="a"), inventory, now=NOW).outcome == Outcome.ALLOW
     assert decide(pod(IMAGE, nodeName="gpu"), inventory, now=NOW).sandbox_missing == (("gpu", PAUSE),)
 
 

@@ -20,15 +20,7 @@ from image_preflight.core.admission.answers import ReviewDecision
 from image_preflight.core.admission.mutation import steer
 from image_preflight.core.admission.review import admit
 from image_preflight.core.admission.settings import Settings
-from image_preflight.core.decide.decision import (
-    ALLOW,
-    DENY,
-    REQUIRE_ALL,
-    REQUIRE_ANY,
-    REQUIRE_ONE_NODE,
-    UNKNOWN,
-    decide,
-)
+from image_preflight.core.decide.decision import REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE, Outcome, decide
 from image_preflight.core.decide.scheduling import Taint
 from tests.builders.inventories import inv, node, pod
 
@@ -183,7 +175,7 @@ def test_a_steered_pod_is_decided_allowed_and_steering_it_again_changes_nothing(
                                                       "values": ["windows"]}]}]}}})
     patched = apply(original, steered(original, inventory))
     after = decide(patched["spec"], inventory, require=REQUIRE_ALL)
-    assert after.outcome == ALLOW and after.eligible == tuple(holders)
+    assert after.outcome == Outcome.ALLOW and after.eligible == tuple(holders)
     assert plan_for(patched["spec"], inventory).reason == steering.ALL_HOLD  # reinvocation: no patch
 
 
@@ -223,6 +215,23 @@ def test_mutate_leaves_anything_but_a_pod_create_alone(request_):
     assert outcome.decision == "skip" and "patch" not in outcome.review["response"]
 
 
+def test_mutate_and_validate_share_one_scope_check():
+    """scope.in_scope: a Pod of another API group or a subresource is left alone by both; a gated Pod
+    at CREATE is left by /validate for the UPDATE that releases it, and answered by /mutate, which
+    says why it does not steer it."""
+    foreign = review(full_pod())
+    foreign["request"]["kind"]["group"] = "example.com"
+    status = review(full_pod())
+    status["request"]["subResource"] = "status"
+    for request_ in (foreign, status):
+        assert steer(request_, three("a"), Settings(steer=True)).decision == "skip"
+        assert admit(request_, three("a"), Settings(steer=True)).decision == "skip"
+    gated = review(full_pod(schedulingGates=[{"name": "kueue.x-k8s.io/admission"}]))
+    assert admit(gated, three("a"), Settings(steer=True)).decision == "skip"
+    outcome = steer(gated, three("a"), Settings(steer=True))
+    assert (outcome.decision, outcome.detail) == (ReviewDecision.NOT_STEERED, steering.GATED)
+
+
 def test_mutate_answers_an_unreadable_pod_without_a_patch():
     broken = full_pod()
     broken["spec"]["containers"] = "x"
@@ -235,14 +244,14 @@ def test_mutate_answers_an_unreadable_pod_without_a_patch():
 
 @pytest.mark.parametrize("inventory,outcomes", [
     # (all, any, one-node)
-    (three("a"), (DENY, ALLOW, ALLOW)),
-    (three(), (DENY, DENY, DENY)),
-    (three("a", "b", "c"), (ALLOW, ALLOW, ALLOW)),
-    (three(unknown="b"), (DENY, UNKNOWN, DENY)),
+    (three("a"), (Outcome.DENY, Outcome.ALLOW, Outcome.ALLOW)),
+    (three(), (Outcome.DENY, Outcome.DENY, Outcome.DENY)),
+    (three("a", "b", "c"), (Outcome.ALLOW, Outcome.ALLOW, Outcome.ALLOW)),
+    (three(unknown="b"), (Outcome.DENY, Outcome.UNKNOWN, Outcome.DENY)),
     # a holds it, c lacks it, b's list is capped: the Pods are not steered (a guess is never a
     # restriction), so they are denied as under "all", and the Job with them.
-    (three("a", unknown="b"), (DENY, ALLOW, DENY)),
-    (three("a", "c", unknown="b"), (UNKNOWN, ALLOW, UNKNOWN)),
+    (three("a", unknown="b"), (Outcome.DENY, Outcome.ALLOW, Outcome.DENY)),
+    (three("a", "c", unknown="b"), (Outcome.UNKNOWN, Outcome.ALLOW, Outcome.UNKNOWN)),
 ])
 def test_one_node_admits_what_steering_can_place(inventory, outcomes):
     assert tuple(decide(pod(IMAGE), inventory, require=r).outcome
@@ -251,9 +260,9 @@ def test_one_node_admits_what_steering_can_place(inventory, outcomes):
 
 def test_one_node_needs_every_image_on_the_same_node_where_any_does_not():
     inventory = inv(node("a", "docker.io/" + IMAGE), node("b", "docker.io/" + OTHER))
-    assert decide(pod(IMAGE, OTHER), inventory, require=REQUIRE_ANY).outcome == ALLOW
+    assert decide(pod(IMAGE, OTHER), inventory, require=REQUIRE_ANY).outcome == Outcome.ALLOW
     denied = decide(pod(IMAGE, OTHER), inventory, require=REQUIRE_ONE_NODE)
-    assert denied.outcome == DENY and {v.missing_on for v in denied.verdicts} == {("b",), ("a",)}
+    assert denied.outcome == Outcome.DENY and {v.missing_on for v in denied.verdicts} == {("b",), ("a",)}
 
 
 def test_with_steering_jobs_are_decided_by_one_node_and_pods_as_configured():

@@ -28,7 +28,7 @@ from cryptography import x509
 from kubernetes_validate.utils import latest_version
 
 from image_preflight.cli import build_parser, parse_config
-from image_preflight.core.decide.decision import DENY, decide
+from image_preflight.core.decide.decision import Outcome, decide
 from image_preflight.core.decide.workloads import pod_spec_of
 from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
 from image_preflight.doctor.findings import selects as selector_matches  # metav1.LabelSelector
@@ -773,7 +773,7 @@ def test_missing_image_job_is_what_agent_lightning_creates_and_the_example_node_
     rendered = build_job_spec((EXAMPLES / "job.yaml").read_text(), row, rollout_id=rollout_id, namespace=None)
     assert job == rendered
     decision = decide(pod_spec_of(job), load_inventory_file(EXAMPLES / "nodes.json"))
-    assert decision.outcome == DENY
+    assert decision.outcome == Outcome.DENY
     # gpu-node-1 holds no rollout image but does not count: nvidia.com/gpu:NoSchedule keeps the Pod off.
     assert [v.missing_on for v in decision.verdicts] == [("cpu-node-1",)]
 

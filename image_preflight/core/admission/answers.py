@@ -11,7 +11,7 @@ from typing import Any
 
 from image_preflight.core.admission import messages
 from image_preflight.core.admission.settings import Mode
-from image_preflight.core.decide.decision import Verdict
+from image_preflight.core.decide.decision import Outcome
 from image_preflight.core.objects import as_mapping
 
 API_VERSION = "admission.k8s.io/v1"
@@ -20,10 +20,10 @@ API_VERSION = "admission.k8s.io/v1"
 class ReviewDecision(StrEnum):
     """What the webhook made of one review: the decision log line's `decision`, the metric's label."""
 
-    ALLOW = Verdict.ALLOW.value
-    DENY = Verdict.DENY.value
-    UNKNOWN = Verdict.UNKNOWN.value  # allowed, unless --unknown deny
-    NO_ELIGIBLE_NODE = Verdict.NO_ELIGIBLE_NODE.value
+    ALLOW = Outcome.ALLOW.value
+    DENY = Outcome.DENY.value
+    UNKNOWN = Outcome.UNKNOWN.value  # allowed, unless --unknown deny
+    NO_ELIGIBLE_NODE = Outcome.NO_ELIGIBLE_NODE.value
     WARN = Mode.WARN.value  # denied by the rules, allowed with warnings by the mode
     AUDIT = Mode.AUDIT.value  # denied by the rules, allowed by the mode
     SKIP = "skip"  # not a review this webhook decides (kind, operation, subresource, not placeable)
@@ -33,7 +33,7 @@ class ReviewDecision(StrEnum):
     NOT_STEERED = "not-steered"  # /mutate: allowed unchanged, the detail says why
 
 
-OF_VERDICT = {verdict: ReviewDecision(verdict.value) for verdict in Verdict}
+OF_OUTCOME = {outcome: ReviewDecision(outcome.value) for outcome in Outcome}
 
 # A log line names at most this many images, each clipped: a review of 16,000 images, or of one
 # 1 MiB image, must not become a log line of that size.

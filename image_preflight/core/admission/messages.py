@@ -7,7 +7,15 @@ agent-lightning fails a rollout at once only when the lower-cased error text con
 
 from __future__ import annotations
 
-from image_preflight.core.decide.decision import INVALID, MISSING, NOT_CHECKED, UNKNOWN, Decision, ImageVerdict
+from image_preflight.core.decide.decision import (
+    INVALID,
+    MISSING,
+    NOT_CHECKED,
+    UNKNOWN,
+    Decision,
+    ImageStatus,
+    ImageVerdict,
+)
 from image_preflight.core.decide.words import by_sandbox_image, sandbox_clauses
 from image_preflight.core.decide.words import nodes_named as _nodes
 
@@ -17,28 +25,18 @@ MAX_WARNINGS_TOTAL = 4096  # the apiserver ignores warnings past 4 KiB
 ADVICE = "build or load the image on those nodes, or drop the row with `image-preflight scan`"
 
 
-def _missing_clause(verdict: ImageVerdict, lacking: tuple[str, ...]) -> str:
-    image = verdict.image
-    return (
-        f"image {image.image!r} ({image.label}, imagePullPolicy {image.pull_policy}) "
-        f"is absent from eligible node(s) {_nodes(lacking)}"
-    )
-
-
 def denial_message(decision: Decision) -> str:
     """Name as many images as fit in MAX_MESSAGE and count the rest, so the advice survives the
     limit. Linear in the number of images: clauses are built only while they fit. Nodes that
     start no pod are named once, for their sandbox image, not under each image."""
-    flagged: list[str | ImageVerdict] = sandbox_clauses(decision) + [
-        v for v in decision.verdicts if v.status == INVALID] + [
-        v for v in decision.verdicts if v.status == MISSING and decision.image_missing_on(v)]
-    advice = ""
-    if any(not isinstance(v, str) and v.status == MISSING for v in flagged):
-        advice = f"; the pod would wait in ImagePullBackOff/ErrImageNeverPull: {ADVICE}"
+    missing = decision.images(MISSING)
+    flagged: list[str | tuple[ImageVerdict, tuple[str, ...]]] = [
+        *sandbox_clauses(decision), *decision.images(INVALID), *missing]
+    advice = f"; the pod would wait in ImagePullBackOff/ErrImageNeverPull: {ADVICE}" if missing else ""
     head, size = "invalid: ", len(b"invalid: ")
     shown: list[str] = []
-    for index, verdict in enumerate(flagged):
-        clause = verdict if isinstance(verdict, str) else _clause(verdict, decision)
+    for index, flag in enumerate(flagged):
+        clause = flag if isinstance(flag, str) else _clause(*flag)
         rest = len(flagged) - index - 1
         tail = (f"; and {rest} more image(s)" if rest else "") + advice
         added = len(_utf8(clause)) + (2 if shown else 0)
@@ -53,10 +51,14 @@ def denial_message(decision: Decision) -> str:
     return _clip(head + "; ".join(shown), MAX_MESSAGE - len(_utf8(tail))) + tail
 
 
-def _clause(verdict: ImageVerdict, decision: Decision) -> str:
+def _clause(verdict: ImageVerdict, lacking: tuple[str, ...]) -> str:
+    image = verdict.image
     if verdict.status == INVALID:
-        return f"invalid image reference {verdict.image.image!r} in {verdict.image.label}"
-    return _missing_clause(verdict, decision.image_missing_on(verdict))
+        return f"invalid image reference {image.image!r} in {image.label}"
+    return (
+        f"image {image.image!r} ({image.label}, imagePullPolicy {image.pull_policy}) "
+        f"is absent from eligible node(s) {_nodes(lacking)}"
+    )
 
 
 def _unplaced(decision: Decision) -> str:
@@ -73,11 +75,8 @@ def unconfirmed_message(decision: Decision) -> str:
     """The denial under `--unknown deny`: images no eligible node's list can confirm."""
     if not decision.eligible:
         return _clip(f"invalid: {_unplaced(decision)}, so its images cannot be confirmed (--unknown deny)", MAX_MESSAGE)
-    clauses = [
-        f"image {v.image.image!r} ({v.image.label}) is not confirmed on {_nodes(v.unknown_on)}"
-        for v in decision.verdicts
-        if v.status == UNKNOWN
-    ]
+    clauses = [f"image {v.image.image!r} ({v.image.label}) is not confirmed on {_nodes(nodes)}"
+               for v, nodes in decision.images(UNKNOWN)]
     return _clip(
         "invalid: " + "; ".join(clauses) + "; their image lists are partial or stale (--unknown deny): "
         "raise nodeStatusMaxImages or run the node agent",
@@ -85,29 +84,24 @@ def unconfirmed_message(decision: Decision) -> str:
     )
 
 
-def _warnings(decision: Decision, status: str, text: str) -> list[str]:
-    """One warning per image with `status`; `text` formats image and nodes."""
-    return [
-        _clip("image-preflight: " + text.format(image=v.image.image, missing=_nodes(v.missing_on),
-                                                 unknown=_nodes(v.unknown_on)), MAX_WARNING)
-        for v in decision.verdicts
-        if v.status == status
-    ]
+def _warnings(decision: Decision, status: ImageStatus, text: str) -> list[str]:
+    """One warning per image with `status`; `text` formats the image and its nodes (Decision.images)."""
+    return [_clip("image-preflight: " + text.format(image=v.image.image, nodes=_nodes(nodes)), MAX_WARNING)
+            for v, nodes in decision.images(status)]
 
 
 def unknown_warnings(decision: Decision) -> list[str]:
     if not decision.eligible:
         return [_clip(f"image-preflight: {_unplaced(decision)}; images not checked", MAX_WARNING)]
-    return _warnings(decision, UNKNOWN, "{image} not confirmed on {unknown} (partial or stale list)")
+    return _warnings(decision, UNKNOWN, "{image} not confirmed on {nodes} (partial or stale list)")
 
 
 def missing_warnings(decision: Decision) -> list[str]:
     """What enforce mode would deny for: nodes that start no pod, missing images and invalid references."""
     sandbox = [_clip(f"image-preflight: node(s) {_nodes(nodes)} cannot start any pod: the runtime lacks its "
                      f"sandbox image {image}", MAX_WARNING) for image, nodes in by_sandbox_image(decision)]
-    missing = [_clip(f"image-preflight: {v.image.image} absent from {_nodes(lacking)}", MAX_WARNING)
-               for v in decision.verdicts if v.status == MISSING and (lacking := decision.image_missing_on(v))]
-    return sandbox + _warnings(decision, INVALID, "invalid image reference {image}") + missing
+    return (sandbox + _warnings(decision, INVALID, "invalid image reference {image}")
+            + _warnings(decision, MISSING, "{image} absent from {nodes}"))
 
 
 def not_checked_warnings(decision: Decision) -> list[str]:

@@ -9,12 +9,17 @@ from typing import Any
 from image_preflight.core.admission import steering
 from image_preflight.core.admission.answers import Answer, ReviewDecision, reply
 from image_preflight.core.admission.body import refusing_deep_reviews
+from image_preflight.core.admission.scope import in_scope
 from image_preflight.core.admission.settings import Settings
 from image_preflight.core.decide.decision import Requirement, decide
 from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.decide.scheduling import SchedulingSpecError
 from image_preflight.core.decide.workloads import WorkloadError
 from image_preflight.core.objects import as_mapping
+
+# Steered as they are created: a Pod's node affinity is fixed from then on (an UPDATE may narrow it
+# only while the Pod is gated, and steering leaves a gated Pod alone).
+STEERED_KINDS = frozenset({"Pod"})
 
 
 @refusing_deep_reviews
@@ -24,9 +29,7 @@ def steer(review: Mapping[str, Any], inventory: Inventory, settings: Settings, *
     request = review["request"]
     obj = as_mapping(request.get("object"))
     answer = Answer.of(request, obj)
-    kind = as_mapping(request.get("kind"))
-    if (kind.get("group", ""), kind.get("kind")) != ("", "Pod") or request.get("operation") != "CREATE" \
-            or request.get("subResource"):
+    if not in_scope(request, as_mapping(request.get("kind")), obj, kinds=STEERED_KINDS, updates=False):
         return reply(answer, review, allowed=True)
     reason = steering.not_steerable(obj)
     if reason is None:

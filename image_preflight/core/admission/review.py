@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from image_preflight.core.admission import messages
-from image_preflight.core.admission.answers import OF_VERDICT, Answer, ReviewDecision, reply
+from image_preflight.core.admission.answers import OF_OUTCOME, Answer, ReviewDecision, reply
 from image_preflight.core.admission.body import refusing_deep_reviews
 from image_preflight.core.admission.scope import in_scope
 from image_preflight.core.admission.settings import Mode, Settings
-from image_preflight.core.decide.decision import Verdict, decide
+from image_preflight.core.decide.decision import Outcome, decide
 from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.decide.scheduling import SchedulingSpecError
 from image_preflight.core.decide.workloads import WorkloadError, pod_spec_of
@@ -36,15 +36,15 @@ def admit(review: Mapping[str, Any], inventory: Inventory, settings: Settings, *
         return reply(answer, review, allowed=True, warnings=[f"image-preflight could not read the object: {exc}"])
     answer.images = [v.image.image for v in decision.verdicts]
     warnings = messages.not_checked_warnings(decision)
-    verdict = decision.outcome
-    decided = verdict in (Verdict.ALLOW, Verdict.DENY)
-    denied = verdict == Verdict.DENY or (not decided and settings.unknown == Verdict.DENY)
+    outcome = decision.outcome
+    decided = outcome in (Outcome.ALLOW, Outcome.DENY)
+    denied = outcome == Outcome.DENY or (not decided and settings.unknown == Outcome.DENY)
     if not decided:
         warnings = messages.unknown_warnings(decision) + warnings
-    answer.decision = OF_VERDICT[verdict]
+    answer.decision = OF_OUTCOME[outcome]
     if not denied:
         return reply(answer, review, allowed=True, warnings=warnings)
-    if verdict == Verdict.DENY:
+    if outcome == Outcome.DENY:
         message = messages.denial_message(decision)
     else:
         message = messages.unconfirmed_message(decision)

@@ -1,10 +1,11 @@
-"""Which reviews the webhook decides: the workload kinds of their own API groups, placeable now, on
-CREATE, and on the UPDATE that changes their images or placement (or makes them placeable)."""
+"""Which reviews a webhook decides: /validate the workload kinds of their own API groups, placeable
+now, on CREATE, and on the UPDATE that changes their images or placement (or makes them placeable);
+/mutate Pods on CREATE alone."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from image_preflight.core.decide.workloads import WORKLOAD_KINDS, WorkloadError, deciding_fields, pod_spec_of
@@ -15,18 +16,22 @@ GROUPS = {"Pod": "", "PodTemplate": "", "ReplicationController": "", "Job": "bat
            "Deployment": "apps", "StatefulSet": "apps", "DaemonSet": "apps", "ReplicaSet": "apps"}
 
 
-def in_scope(request: Mapping[str, Any], kind_info: Mapping[str, Any], obj: Mapping[str, Any]) -> bool:
+def in_scope(request: Mapping[str, Any], kind_info: Mapping[str, Any], obj: Mapping[str, Any], *,
+             kinds: Collection[str] = WORKLOAD_KINDS, updates: bool = True) -> bool:
+    """Whether a webhook decides the review: one of `kinds` of its own API group, on the object
+    itself (no subresource), at CREATE, or (with `updates`) at the UPDATE that changes its images or
+    placement or makes it placeable. An object not yet placeable is left for that UPDATE: its
+    selector may still be narrowed. Where no UPDATE is decided (/mutate) it is taken at CREATE, and
+    the answer says why it is left alone (steering.not_steerable)."""
     kind = kind_info.get("kind")
-    if not isinstance(kind, str) or kind not in WORKLOAD_KINDS or kind_info.get("group", "") != GROUPS[kind]:
+    if not isinstance(kind, str) or kind not in kinds or kind_info.get("group", "") != GROUPS[kind]:
         return False
     if request.get("subResource"):
         return False
-    if not placeable(obj):
-        return False  # decided when it becomes placeable: its selector may still be narrowed
     operation = request.get("operation")
     if operation == "CREATE":
-        return True
-    if operation == "UPDATE":
+        return not updates or placeable(obj)
+    if operation == "UPDATE" and updates and placeable(obj):
         old = request.get("oldObject")
         return not placeable(old) or _placement_or_images(obj) != _placement_or_images(old)
     return False

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from image_preflight.core.admission.steering import DEFAULT_MAX_NODES
-from image_preflight.core.decide.decision import REQUIREMENTS, Requirement, Verdict
+from image_preflight.core.decide.decision import REQUIREMENTS, Outcome, Requirement
 
 
 class Mode(StrEnum):
@@ -19,14 +19,14 @@ class Mode(StrEnum):
 
 MODES = tuple(Mode)
 ENFORCE, WARN, AUDIT = MODES
-# What `serve --unknown` does with an unknown verdict (partial or stale inventory, no eligible node).
-UNKNOWN_POLICIES = (Verdict.ALLOW, Verdict.DENY)
+# What `serve --unknown` does with an unknown outcome (partial or stale inventory, no eligible node).
+UNKNOWN_POLICIES = (Outcome.ALLOW, Outcome.DENY)
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
     mode: Mode = Mode.ENFORCE
-    unknown: Verdict = Verdict.ALLOW  # what an unknown verdict does: one of UNKNOWN_POLICIES
+    unknown: Outcome = Outcome.ALLOW  # what an unknown outcome does: one of UNKNOWN_POLICIES
     require: Requirement = Requirement.ALL  # for Pods; and for templates unless steering
     # Steering on (`serve --steer`): Pods are restricted to the nodes holding their images at
     # /mutate, so Jobs and other templates need only one eligible node holding every image.
@@ -35,7 +35,7 @@ class Settings:
 
     def __post_init__(self) -> None:
         # Words from flags or files become members here, or a ValueError naming the field.
-        for name, words, allowed in (("mode", Mode, MODES), ("unknown", Verdict, UNKNOWN_POLICIES),
+        for name, words, allowed in (("mode", Mode, MODES), ("unknown", Outcome, UNKNOWN_POLICIES),
                                      ("require", Requirement, REQUIREMENTS)):
             value = getattr(self, name)
             if value not in allowed:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from image_preflight.core.decide.decision import ALLOW, INVALID, MISSING, UNKNOWN, Decision, holding_nodes
+from image_preflight.core.decide.decision import INVALID, MISSING, UNKNOWN, Decision, Outcome, holding_nodes
 from image_preflight.core.objects import as_mapping, is_mapping
 
 STEERED_TO = "image-preflight.io/steered-to"
@@ -83,7 +83,7 @@ def plan(decision: Decision, *, max_nodes: int = DEFAULT_MAX_NODES, terms: int =
     statuses = {v.status for v in decision.verdicts}
     if INVALID in statuses:
         return Plan(reason=INVALID_IMAGE)
-    if decision.outcome == ALLOW:
+    if decision.outcome == Outcome.ALLOW:
         return Plan(reason=ALL_HOLD)
     if not decision.eligible:
         return Plan(reason=NO_ELIGIBLE)

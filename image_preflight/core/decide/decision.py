@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +31,9 @@ class ImageStatus(StrEnum):
     INVALID = "invalid"
 
 
-class Verdict(StrEnum):
-    """A decision's outcome for the whole pod."""
+class Outcome(StrEnum):
+    """A decision's outcome for the whole pod. Written Outcome.X everywhere: the bare names (UNKNOWN,
+    MISSING, ...) are an image's statuses."""
 
     ALLOW = "allow"
     DENY = "deny"
@@ -56,7 +57,6 @@ class Requirement(StrEnum):
 
 # The members under the names the rules read (module globals: the decision's hot path).
 PRESENT, MISSING, UNKNOWN, NOT_CHECKED, INVALID = ImageStatus
-ALLOW, DENY, NO_ELIGIBLE_NODE = Verdict.ALLOW, Verdict.DENY, Verdict.NO_ELIGIBLE_NODE  # and Verdict.UNKNOWN
 REQUIRE_ALL, REQUIRE_ANY, REQUIRE_ONE_NODE = Requirement
 REQUIREMENTS = tuple(Requirement)
 FOR_EVER = (-math.inf, math.inf)  # when a decision that read no clock holds
@@ -73,8 +73,33 @@ class ImageVerdict:
 
 
 @dataclass(frozen=True, slots=True)
+class ImageGroup:
+    """A decision's images of one status, each with the nodes it has that status on (Decision.images):
+    what a denial or warning names image by image, and a scanner row lists whole."""
+
+    verdicts: tuple[ImageVerdict, ...] = ()
+    on: tuple[tuple[str, ...], ...] = ()  # each verdict's nodes
+
+    def __iter__(self) -> Iterator[tuple[ImageVerdict, tuple[str, ...]]]:
+        return zip(self.verdicts, self.on)
+
+    def __len__(self) -> int:
+        return len(self.verdicts)
+
+    @property
+    def images(self) -> tuple[str, ...]:
+        """The images as written, each once."""
+        return tuple(dict.fromkeys(v.image.image for v in self.verdicts))
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The nodes of all the images, each once."""
+        return tuple(dict.fromkeys(n for nodes in self.on for n in nodes))
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
-    outcome: Verdict
+    outcome: Outcome
     verdicts: tuple[ImageVerdict, ...]
     eligible: tuple[str, ...]  # nodes the pod may land on
     ineligible: tuple[tuple[str, int], ...] = ()  # (scheduler reason, node count)
@@ -82,24 +107,41 @@ class Decision:
     # (node, sandbox image) of each eligible node whose runtime lacks its sandbox image: no pod
     # starts there (see decide_images).
     sandbox_missing: tuple[tuple[str, str], ...] = ()
+    # images() by status, each made when first asked for: a remembered decision (memory.py) answers
+    # every later review that shares it without building them again.
+    _groups: dict[ImageStatus, ImageGroup] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    def with_status(self, status: str) -> list[ImageVerdict]:
-        return [v for v in self.verdicts if v.status == status]
+    def images(self, status: ImageStatus) -> ImageGroup:
+        """The images with `status`, each with the nodes it has it on: for MISSING the eligible
+        nodes that can start pods and lack it (one that starts no pod is named for its sandbox
+        image instead, and an image missing only there is left out); for UNKNOWN those whose lists
+        prove nothing; for the other statuses none."""
+        group = self._groups.get(status)
+        if group is None:
+            group = self._groups[status] = self._group(status)
+        return group
 
-    def image_missing_on(self, verdict: ImageVerdict) -> tuple[str, ...]:
-        """`verdict.missing_on` less the nodes that start no pod: those lack the image only for that,
-        and are named for their sandbox image instead (messages; what a build list should skip)."""
-        if not self.sandbox_missing:
-            return verdict.missing_on
-        halted = {node for node, _ in self.sandbox_missing}
-        return tuple(n for n in verdict.missing_on if n not in halted)
+    def _group(self, status: ImageStatus) -> ImageGroup:
+        verdicts = tuple(v for v in self.verdicts if v.status == status)
+        if status == UNKNOWN:
+            return ImageGroup(verdicts, tuple(v.unknown_on for v in verdicts))
+        if status != MISSING:
+            return ImageGroup(verdicts, ((),) * len(verdicts))
+        halted = frozenset(self.halted)
+        lacking = [(v, nodes) for v in verdicts if (nodes := tuple(n for n in v.missing_on if n not in halted))]
+        return ImageGroup(tuple(v for v, _ in lacking), tuple(nodes for _, nodes in lacking))
+
+    @property
+    def halted(self) -> tuple[str, ...]:
+        """The eligible nodes that start no pod: their runtime lacks its sandbox image."""
+        return tuple(dict.fromkeys(node for node, _ in self.sandbox_missing))
 
     @property
     def runnable(self) -> tuple[str, ...]:
         """The eligible nodes that can start a pod at all."""
         if not self.sandbox_missing:
             return self.eligible
-        halted = {node for node, _ in self.sandbox_missing}
+        halted = frozenset(self.halted)
         return tuple(n for n in self.eligible if n not in halted)
 
 
@@ -200,19 +242,20 @@ def _decide(spec: Mapping[str, Any], inventory: Inventory, require: str, now: fl
             # Absent from a live view: the apiserver forbids the pod (or our view lags); absent from
             # a snapshot: it may not list RuntimeClasses. Either way placement is not known.
             reason = f"RuntimeClass {placement.runtime_class!r} is not in the inventory"
-            return _unplaced(images, reason, len(inventory), Verdict.UNKNOWN), FOR_EVER
+            return _unplaced(images, reason, len(inventory), Outcome.UNKNOWN), FOR_EVER
         try:
             placement = with_runtime_class(placement, runtime_class)
         except RuntimeClassConflict as exc:
-            return _unplaced(images, f"pod rejected: {exc}", len(inventory), NO_ELIGIBLE_NODE), FOR_EVER
+            return _unplaced(images, f"pod rejected: {exc}", len(inventory), Outcome.NO_ELIGIBLE_NODE), FOR_EVER
     return _decide_images(images, placement, inventory, require, now)
 
 
-def _unplaced(images: Sequence[ContainerImage], reason: str, nodes: int, outcome: Verdict) -> Decision:
+def _unplaced(images: Sequence[ContainerImage], reason: str, nodes: int, outcome: Outcome) -> Decision:
     """A decision for a pod no node can be named for: only invalid references are certain."""
     verdicts = tuple(_verdict(image, None, None, REQUIRE_ALL, None) for image in images)
     decided = _outcome(verdicts, False)
-    return Decision(outcome if decided == NO_ELIGIBLE_NODE else decided, verdicts, (), ((reason, nodes),), reason)
+    return Decision(outcome if decided == Outcome.NO_ELIGIBLE_NODE else decided, verdicts, (), ((reason, nodes),),
+                    reason)
 
 
 def decide_images(
@@ -329,13 +372,13 @@ def _on_one_node(verdicts: tuple[ImageVerdict, ...], eligible: list[str]) -> tup
     return tuple(replace(v, status=PRESENT) if v.status in checked else v for v in verdicts)
 
 
-def _outcome(verdicts: tuple[ImageVerdict, ...], any_eligible: bool, stranded: bool = False) -> Verdict:
+def _outcome(verdicts: tuple[ImageVerdict, ...], any_eligible: bool, stranded: bool = False) -> Outcome:
     """`stranded`: the pod may land, or can only land, where no pod starts (decide_images)."""
     statuses = {v.status for v in verdicts}
     if INVALID in statuses:
-        return DENY
+        return Outcome.DENY
     if not any_eligible and statuses - {NOT_CHECKED}:
-        return NO_ELIGIBLE_NODE
+        return Outcome.NO_ELIGIBLE_NODE
     if MISSING in statuses or stranded:
-        return DENY
-    return Verdict.UNKNOWN if UNKNOWN in statuses else ALLOW
+        return Outcome.DENY
+    return Outcome.UNKNOWN if UNKNOWN in statuses else Outcome.ALLOW
