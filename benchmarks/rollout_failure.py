@@ -23,8 +23,6 @@ Needs what the real-node tests need (root, tests/controlplane/build on PATH); pr
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
 import tempfile
@@ -32,30 +30,21 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kubernetes.client.rest import ApiException
 
 from benchmarks.figures import percentile
-from tests.cluster.conftest import stack  # noqa: F401 - fixture
-from tests.cluster.real_stack import ABSENT, GRACE_S, HELD
-from tests.conftest import webhook_certs  # noqa: F401 - fixture
+from tests.chart import write_webhook_certs
+from tests.cluster.real_stack import ABSENT, GRACE_S, HELD, Stack, running_stack
 from tests.controlplane.cluster import wait_for
 from tests.node.images import swe_smith_image
-from tests.node.real_node import real_node  # noqa: F401 - fixture
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.node.real_node import missing_parts, running_real_node
 
 METRIC = "apiserver_admission_webhook_admission_duration_seconds"
-# pytest imports this file anew as a test module: main() hands it its options, and takes its rows
-# back, through the environment and a file.
-OPTIONS = json.loads(os.environ.get("ROLLOUT_FAILURE_OPTIONS", '{"creations": 1000, "deadline": 60}'))
-ROWS: list[str] = []
 
 
-def _failed_at(stack, namespace: str, name: str, timeout_s: float, seen_waiting: list[float]) -> float:  # noqa: F811 - the fixture's value
+def _failed_at(stack: Stack, namespace: str, name: str, timeout_s: float, seen_waiting: list[float]) -> float:
     def failed():
         if not seen_waiting and stack.waiting_reasons(namespace, name) & {"ErrImagePull", "ImagePullBackOff"}:
             seen_waiting.append(time.monotonic())
@@ -65,7 +54,7 @@ def _failed_at(stack, namespace: str, name: str, timeout_s: float, seen_waiting:
     return time.monotonic()
 
 
-def _histogram(stack) -> dict[float, float]:  # noqa: F811 - the fixture's value
+def _histogram(stack: Stack) -> dict[float, float]:
     """Cumulative bucket counts of the validating webhook's admission duration."""
     text = stack.plane.kubectl("get", "--raw", "/metrics").stdout
     buckets: dict[float, float] = {}
@@ -88,8 +77,9 @@ def _quantile(buckets: dict[float, float], q: float) -> str:
     return "n/a"
 
 
-def test_measure(stack, tmp_path):  # noqa: F811 - fixture
-    deadline = OPTIONS["deadline"]
+def measure(stack: Stack, creations: int, deadline: int) -> list[str]:
+    """The figures' markdown rows."""
+    rows: list[str] = []
     # (a) no image-preflight: a namespace outside both the webhook's and the watchdog's reach.
     plain = stack.namespace(opted_in=False)
     job = stack.rollout(ABSENT)
@@ -98,7 +88,7 @@ def test_measure(stack, tmp_path):  # noqa: F811 - fixture
     stack.create(plain, job)
     waited: list[float] = []
     end = _failed_at(stack, plain, job["metadata"]["name"], deadline + 60, waited)
-    ROWS.append(f"| (a) without image-preflight, activeDeadlineSeconds {deadline} | create → Failed "
+    rows.append(f"| (a) without image-preflight, activeDeadlineSeconds {deadline} | create → Failed "
                 f"{end - start:.1f} s (first ErrImagePull after {waited[0] - start:.1f} s) | with the seed's "
                 f"1,800 s: 1,800 s per rollout |")
 
@@ -114,7 +104,7 @@ def test_measure(stack, tmp_path):  # noqa: F811 - fixture
         else:
             raise AssertionError("admitted")
         latencies.append(time.monotonic() - start)
-    ROWS.append(f"| (b) the webhook | the create call fails in {statistics.median(latencies) * 1000:.1f} ms "
+    rows.append(f"| (b) the webhook | the create call fails in {statistics.median(latencies) * 1000:.1f} ms "
                 f"(median of 20, max {max(latencies) * 1000:.1f} ms) | |")
 
     # (c) the watchdog with the webhook unreachable.
@@ -124,7 +114,7 @@ def test_measure(stack, tmp_path):  # noqa: F811 - fixture
         start = time.monotonic()
         stack.create(enforced, job)
         end = _failed_at(stack, enforced, job["metadata"]["name"], GRACE_S + 60, waited)
-    ROWS.append(f"| (c) the watchdog (grace {GRACE_S:g} s), webhook unreachable | create → Failed {end - start:.1f} s; "
+    rows.append(f"| (c) the watchdog (grace {GRACE_S:g} s), webhook unreachable | create → Failed {end - start:.1f} s; "
                 f"first waiting status → Failed {end - waited[0]:.1f} s | |")
 
     # (d) the image removed after admission.
@@ -140,12 +130,12 @@ def test_measure(stack, tmp_path):  # noqa: F811 - fixture
     start = time.monotonic()
     stack.node.remove_images(image)
     end = _failed_at(stack, enforced, name, GRACE_S + 90, [])
-    ROWS.append(f"| (d) image removed after admission | removal → Failed {end - start:.1f} s | |")
+    rows.append(f"| (d) image removed after admission | removal → Failed {end - start:.1f} s | |")
 
     # The apiserver's own figure and the client's, with and without the webhook called.
     before = _histogram(stack)
     with_webhook, without = [], []
-    for index in range(OPTIONS["creations"]):
+    for index in range(creations):
         for namespace, out in ((enforced, with_webhook), (plain, without)) if index % 2 else (
                 (plain, without), (enforced, with_webhook)):
             body = stack.rollout(HELD)
@@ -155,29 +145,31 @@ def test_measure(stack, tmp_path):  # noqa: F811 - fixture
     after = _histogram(stack)
     delta = {le: after.get(le, 0.0) - before.get(le, 0.0) for le in after}
     count = int(delta.get(float("inf"), 0))
-    ROWS.append(f"| {METRIC} over {count} calls | p50 {_quantile(delta, 0.5)}, p99 {_quantile(delta, 0.99)} "
+    rows.append(f"| {METRIC} over {count} calls | p50 {_quantile(delta, 0.5)}, p99 {_quantile(delta, 0.99)} "
                 f"(histogram buckets) | |")
     ratio = statistics.median(with_webhook) / statistics.median(without)
-    ROWS.append(f"| Job create (dry run), {len(with_webhook)} each, alternating | with the webhook p50 "
+    rows.append(f"| Job create (dry run), {len(with_webhook)} each, alternating | with the webhook p50 "
                 f"{percentile(with_webhook, 0.5) * 1000:.1f} ms, p99 {percentile(with_webhook, 0.99) * 1000:.1f} ms; "
                 f"without p50 {percentile(without, 0.5) * 1000:.1f} ms, p99 {percentile(without, 0.99) * 1000:.1f} ms "
                 f"| median ratio {ratio:.2f} |")
-    if out := os.environ.get("ROLLOUT_FAILURE_ROWS"):
-        Path(out).write_text("\n".join(ROWS) + "\n")
+    return rows
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--creations", type=int, default=OPTIONS["creations"])
-    parser.add_argument("--deadline", type=int, default=OPTIONS["deadline"])
+    parser.add_argument("--creations", type=int, default=1000)
+    parser.add_argument("--deadline", type=int, default=60)
     args = parser.parse_args()
-    os.environ["ROLLOUT_FAILURE_OPTIONS"] = json.dumps({"creations": args.creations, "deadline": args.deadline})
-    rows = Path(tempfile.mkdtemp()) / "rows.md"
-    os.environ["ROLLOUT_FAILURE_ROWS"] = str(rows)
-    os.chdir(ROOT)
-    code = pytest.main(["-q", "-p", "no:cacheprovider", __file__])
-    print(rows.read_text() if rows.exists() else "no figures (the run failed)")
-    return int(code)
+    if (reason := missing_parts()) is not None:
+        parser.error(reason)
+    # Kept after the run, as pytest keeps its temporary folders: the processes' logs are there.
+    folder = Path(tempfile.mkdtemp(prefix="rollout-failure-"))
+    certs = write_webhook_certs(folder / "certs")
+    with (running_real_node(folder / "realnode-plane") as node,
+          running_stack(node, certs, folder / "real-node-stack") as stack):
+        rows = measure(stack, args.creations, args.deadline)
+    print("\n".join(rows))
+    return 0
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from image_preflight.cli import main
 from tests.needs import unavailable
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,6 +75,15 @@ def documents(text: str) -> list[dict]:
 
 def render(values: Mapping | None = None, **options) -> list[dict]:
     return documents(template(values, **options).stdout)
+
+
+def write_webhook_certs(out_dir: Path) -> Path:
+    """A CA and serving certificate from `image-preflight certs` for the chart's Service, in
+    `out_dir`, which secret_values and `serve` read."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if main(["certs", "--service", SERVICE, "--namespace", NAMESPACE, "--out-dir", str(out_dir)]) != 0:
+        raise RuntimeError(f"image-preflight certs failed for Service {NAMESPACE}/{SERVICE}")
+    return out_dir
 
 
 def secret_values(certs: Path) -> dict:

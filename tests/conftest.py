@@ -1,7 +1,7 @@
 """Fixtures and plugins shared across the test folders, and the `cluster` marker.
 
-The plugins need the extras (grpc, the Kubernetes client, the server stack): each is loaded when
-they are installed, so that tests/core/ runs with the base install alone."""
+The plugins (tests/plugins/) need the extras (grpc, the Kubernetes client, the server stack): each
+is loaded when they are installed, so that tests/core/ runs with the base install alone."""
 
 from __future__ import annotations
 
@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from image_preflight.cli import main
 from image_preflight.faces import extra_top_levels
-from tests.chart import NAMESPACE, SERVICE
+from tests.chart import write_webhook_certs
 
 # The top-level modules the extras bring; a plugin that cannot import one of them is left out.
 EXTRAS = extra_top_levels()
-PLUGINS = ("tests.containerd", "tests.fake_apiserver", "tests.controlplane.cluster", "tests.node.real_node",
-           "tests.node.preflight_image")
+PLUGINS = ("tests.plugins.containerd", "tests.plugins.fake_apiserver", "tests.plugins.control_plane",
+           "tests.plugins.real_node", "tests.plugins.preflight_image")
 # Fixtures that start the control plane or stand on the real node: a test using one is a cluster test.
 CLUSTER_FIXTURES = frozenset({"control_plane", "service_accounts", "real_node"})
 CLUSTER_FOLDER = Path(__file__).parent / "cluster"
@@ -54,11 +53,8 @@ def start_webhook(tmp_path):
 
 @pytest.fixture(scope="session")
 def webhook_certs(tmp_path_factory) -> Path:
-    """A CA and serving certificate from `image-preflight certs` for the chart's Service, in a
-    temp dir, so that no key is ever written into the tree (tests.chart.secret_values)."""
-    out_dir = tmp_path_factory.mktemp("webhook-certs")
-    assert main(["certs", "--service", SERVICE, "--namespace", NAMESPACE, "--out-dir", str(out_dir)]) == 0
-    return out_dir
+    """tests.chart.write_webhook_certs in a temp dir, so that no key is ever written into the tree."""
+    return write_webhook_certs(tmp_path_factory.mktemp("webhook-certs"))
 
 
 @pytest.fixture

@@ -18,11 +18,10 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
-import pytest
 
 from image_preflight.agent import cri_pb2, cri_pb2_grpc
 from tests.needs import unavailable
@@ -460,18 +459,3 @@ def require_containerd() -> None:
     else:
         return
     unavailable(reason)
-
-
-@pytest.fixture
-def containerd() -> Iterator[Containerd]:
-    """A started containerd with CRI and no images."""
-    require_containerd()
-    with Containerd() as runtime:
-        yield runtime
-
-
-@pytest.fixture
-def containerd2() -> Iterator[Containerd]:
-    """A started containerd 2.x (containerd2_binary()) with CRI and no images."""
-    with Containerd(binary=containerd2_binary()) as runtime:
-        yield runtime

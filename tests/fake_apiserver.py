@@ -41,10 +41,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import pytest
 import yaml
 from kubernetes import client as k8s_client
 
@@ -533,7 +532,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 # ---------------------------------------------------------------------------------------------
-# client helpers and fixtures
+# client helpers
 
 
 def make_api_client(server: FakeApiServer) -> k8s_client.ApiClient:
@@ -556,18 +555,3 @@ def write_kubeconfig(server: FakeApiServer, path: Path) -> Path:
     }
     path.write_text(yaml.safe_dump(config))
     return path
-
-
-@pytest.fixture
-def fake_apiserver() -> Iterator[FakeApiServer]:
-    """A started server with core/v1 nodes registered and a short bookmark interval."""
-    with FakeApiServer(bookmark_interval=0.2) as server:
-        server.register(resource="nodes", kind="Node")
-        yield server
-
-
-@pytest.fixture
-def fake_api_client(fake_apiserver: FakeApiServer) -> Iterator[k8s_client.ApiClient]:
-    api_client = make_api_client(fake_apiserver)
-    yield api_client
-    api_client.close()

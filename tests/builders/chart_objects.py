@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 # API groups whose CRDs cannot be installed on the test control plane (no registry, no network):
-# kubernetes-validate has no schema for them either, so tests/deploy/test_chart.py checks their
+# kubernetes-validate has no schema for them either, so tests/deploy/test_chart_render.py checks their
 # objects field by field.
 CERT_MANAGER = "cert-manager.io"
 MONITORING = "monitoring.coreos.com"

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from kubernetes import client as k8s
@@ -16,7 +17,7 @@ from image_preflight.core.watchdog import job_failure
 from tests.agent_lightning import TEMPLATE, build_job_spec, example_row
 from tests.builders.rows import example_row_id
 from tests.builders.stalls import ENFORCE_LABEL
-from tests.chart import apply
+from tests.chart import API_ONLY, apply, merged, secret_values
 from tests.cluster.watchdog_process import Watchdog
 from tests.controlplane.cluster import new_namespace, terminate, wait_for
 from tests.controlplane.webhook import ServedWebhook
@@ -87,6 +88,35 @@ class Stack:
             yield
         finally:
             self.plane.network.expose(self.served.address, self.served.port)
+
+
+@contextlib.contextmanager
+def running_stack(node: RealNode, certs: Path, folder: Path) -> Iterator[Stack]:
+    """The chart on the real node's control plane (steering on, the certificate of `image-preflight
+    certs` in `certs`), with `serve --steer` and `watchdog` as host processes of their own
+    ServiceAccounts, their kubeconfigs and logs in `folder`. The chart's own Pods are not started
+    (their image is not on the node): its Deployments and DaemonSet are left out."""
+    plane = node.plane
+    folder.mkdir(parents=True, exist_ok=True)
+    values = merged(API_ONLY, secret_values(certs), {"webhook": {"steering": {"enabled": True}}})
+    apply_without_pods(plane, values)
+    served = ServedWebhook(plane, certs, plane.service_account_kubeconfig(
+        "image-preflight", "image-preflight", folder / "serve.kubeconfig"), folder / "serve.log", "--steer")
+    watchdog = Watchdog(plane, plane.service_account_kubeconfig(
+        "image-preflight", "image-preflight-watchdog", folder / "watchdog.kubeconfig"), folder / "watchdog.log")
+    served.start()
+    watchdog.start()
+    node.import_images([HELD])
+    node.wait_in_status(HELD)
+    stack = Stack(node, served, watchdog, folder, values)
+    wait_for(lambda: stack.dry_run(stack.namespace(), ABSENT)[0] != 0, "the apiserver calls the webhook")
+    try:
+        yield stack
+    finally:
+        watchdog.stop()
+        served.stop()
+        for namespace in stack.namespaces:
+            plane.core().delete_namespace(namespace)
 
 
 def job_name(job: dict) -> str:

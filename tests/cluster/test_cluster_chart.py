@@ -49,7 +49,7 @@ def test_the_apiserver_accepts_every_object_in_a_server_side_dry_run(case, contr
     for kind in ("CustomResourceDefinition", "Namespace", "ServiceAccount"):
         made_for_real([d for d in documents if d["kind"] == kind])
     control_plane.kubectl("wait", "--for=condition=Established", "crd/nodeimages.image-preflight.io")
-    # Their objects are checked by tests/deploy/test_chart.py's cert_manager_problems() and
+    # Their objects are checked by tests/deploy/test_chart_render.py's cert_manager_problems() and
     # service_monitor_problems() instead.
     checked = [d for d in documents if api_group(d) not in UNINSTALLABLE_GROUPS]
     manifest = tmp_path / "objects.yaml"

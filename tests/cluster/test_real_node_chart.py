@@ -39,7 +39,7 @@ from tests.node.installed import (
     ROLLOUTS,
     AdmissionStream,
     held_images,
-    installed,  # noqa: F401 - a fixture: the tests below ask for it by name
+    installing,
     message,
     ready,
     served_serial,
@@ -59,6 +59,13 @@ AGENT_DOC = Path(__file__).resolve().parents[2] / "docs" / "agent.md"
 def _figures():
     yield
     record_figures(FIGURES)
+
+
+@pytest.fixture(scope="module")
+def installed(real_node, preflight_image, tmp_path_factory):
+    """docs/quickstart.md run on the real node once for this module (tests.node.installed.installing)."""
+    with installing(real_node, preflight_image, tmp_path_factory.mktemp("installed")) as installation:
+        yield installation
 
 
 def rollout(image: str) -> dict:
@@ -98,7 +105,7 @@ def published(installation, node: str = NODE_NAME) -> dict | None:
 # --- the page, as printed ---------------------------------------------------------------------------
 
 
-def test_the_quickstart_installs_checks_filters_and_pins(installed):  # noqa: F811 - fixture
+def test_the_quickstart_installs_checks_filters_and_pins(installed):
     """What the page's commands printed: helm test passed, the scan kept the rows whose images the
     node holds and dropped the others, and the agent pins what the kept rows need."""
     text = "\n".join(installed.outputs)
@@ -121,7 +128,7 @@ def test_the_quickstart_installs_checks_filters_and_pins(installed):  # noqa: F8
                        str(installed.clone / "filtered" / "val_dataset_filtered.jsonl")]
 
 
-def test_what_the_controller_submits_of_the_filtered_rows_is_admitted_and_of_the_dropped_rows_denied(installed):  # noqa: F811 - fixture
+def test_what_the_controller_submits_of_the_filtered_rows_is_admitted_and_of_the_dropped_rows_denied(installed):
     """The Jobs agent-lightning's own build_job_spec renders for every row the trainer was started
     with are admitted; every row the scan dropped is denied with the word that fails its rollout."""
     batch = k8s.BatchV1Api(installed.plane.api_client())
@@ -142,7 +149,7 @@ def test_what_the_controller_submits_of_the_filtered_rows_is_admitted_and_of_the
         assert refused.value.status == 422 and DENIED in message(refused.value)
 
 
-def test_a_held_image_rollout_runs_to_completion(installed):  # noqa: F811 - fixture
+def test_a_held_image_rollout_runs_to_completion(installed):
     namespace = installed.namespace()
     batch = k8s.BatchV1Api(installed.plane.api_client())
     name = batch.create_namespaced_job(namespace, rollout(HELD)).metadata.name
@@ -157,7 +164,7 @@ def test_a_held_image_rollout_runs_to_completion(installed):  # noqa: F811 - fix
 # --- the Pods ----------------------------------------------------------------------------------------
 
 
-def test_every_pod_runs_the_built_image_ready_as_its_non_root_user_on_a_read_only_root(installed):  # noqa: F811 - fixture
+def test_every_pod_runs_the_built_image_ready_as_its_non_root_user_on_a_read_only_root(installed):
     pods = [p for p in installed.core.list_namespaced_pod(NAMESPACE).items
             + installed.core.list_namespaced_pod(AGENT_NAMESPACE).items
             if not p.metadata.deletion_timestamp and p.metadata.labels.get("app.kubernetes.io/component") != "test"]
@@ -178,7 +185,7 @@ def test_every_pod_runs_the_built_image_ready_as_its_non_root_user_on_a_read_onl
             assert "ro" in root.split()[5].split(","), (pod.metadata.name, root)
 
 
-def test_the_pods_use_their_service_account_tokens_and_are_never_refused(installed):  # noqa: F811 - fixture
+def test_the_pods_use_their_service_account_tokens_and_are_never_refused(installed):
     """Kubernetes' audit log (k8s.io/apiserver/pkg/audit): each face's requests come from its own
     ServiceAccount, through the token the kubelet projected, and none is forbidden."""
     accounts = {"system:serviceaccount:image-preflight:image-preflight",
@@ -207,7 +214,7 @@ def test_the_pods_use_their_service_account_tokens_and_are_never_refused(install
 # --- through the Service ------------------------------------------------------------------------------
 
 
-def test_a_rollout_job_is_denied_and_a_held_one_admitted_by_the_pods_through_the_service(installed):  # noqa: F811 - fixture
+def test_a_rollout_job_is_denied_and_a_held_one_admitted_by_the_pods_through_the_service(installed):
     namespace = installed.namespace()
     batch = k8s.BatchV1Api(installed.plane.api_client())
     with pytest.raises(k8s.ApiException) as denied:
@@ -222,7 +229,7 @@ def test_a_rollout_job_is_denied_and_a_held_one_admitted_by_the_pods_through_the
              "a replica logged the denial", timeout_s=30, interval_s=1)
 
 
-def test_the_agent_pod_publishes_the_nodes_images_and_pins_the_needed_ones(installed):  # noqa: F811 - fixture
+def test_the_agent_pod_publishes_the_nodes_images_and_pins_the_needed_ones(installed):
     def names() -> set[str]:
         found = published(installed) or {"spec": {"images": []}}
         return {tag for image in found["spec"]["images"] for tag in image.get("repoTags") or ()}
@@ -245,7 +252,7 @@ def test_the_agent_pod_publishes_the_nodes_images_and_pins_the_needed_ones(insta
 # --- each agent writes its own node's list only ------------------------------------------------------
 
 
-def _agent_token(installed, *, bound: bool) -> k8s.ApiClient:  # noqa: F811 - the fixture's value
+def _agent_token(installed, *, bound: bool) -> k8s.ApiClient:
     """A token of the agent's ServiceAccount: bound to its Pod on the real node, or to nothing."""
     (pod,) = installed.core.list_namespaced_pod(
         AGENT_NAMESPACE, label_selector="app.kubernetes.io/name=image-preflight-agent").items
@@ -265,7 +272,7 @@ def _node_images(name: str) -> dict:
                      "images": []}}
 
 
-def test_an_agent_token_bound_to_one_node_cannot_write_another_nodes_list(installed):  # noqa: F811 - fixture
+def test_an_agent_token_bound_to_one_node_cannot_write_another_nodes_list(installed):
     """The chart's ValidatingAdmissionPolicy on the real apiserver: the agent Pod's own token writes
     its node's NodeImages (it published above), but may not create, update or delete another
     node's; a token of the same account bound to no Pod may write none."""
@@ -305,7 +312,7 @@ def test_an_agent_token_bound_to_one_node_cannot_write_another_nodes_list(instal
 # --- helm test, the watchdog --------------------------------------------------------------------------
 
 
-def test_helm_test_passes_and_its_pod_tells_every_finding(installed):  # noqa: F811 - fixture
+def test_helm_test_passes_and_its_pod_tells_every_finding(installed):
     out = installed.helm("test", "image-preflight")
     assert re.search(r"Phase:\s+Succeeded", out), out
     logs = installed.core.read_namespaced_pod_log("image-preflight-test", NAMESPACE)
@@ -315,7 +322,7 @@ def test_helm_test_passes_and_its_pod_tells_every_finding(installed):  # noqa: F
     assert logs.rstrip().endswith("no problems found"), logs
 
 
-def test_the_watchdog_pods_fail_a_job_whose_image_went_after_admission(installed):  # noqa: F811 - fixture
+def test_the_watchdog_pods_fail_a_job_whose_image_went_after_admission(installed):
     namespace = installed.namespace()
     image = swe_smith_image("collected", "later", uuid.uuid4().hex[:10])
     installed.node.import_images([image])
@@ -342,7 +349,7 @@ def test_the_watchdog_pods_fail_a_job_whose_image_went_after_admission(installed
 
 
 @pytest.fixture(scope="module")
-def failing_closed(installed):  # noqa: F811 - fixture
+def failing_closed(installed):
     """failurePolicy Fail from here on: a call that reaches no replica fails its creation."""
     installed.helm("upgrade", "image-preflight", "deploy/chart/image-preflight", "--reuse-values",
                    "--set", "webhook.failurePolicy=Fail", "--wait")

@@ -25,7 +25,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
-import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -487,18 +486,7 @@ def running_control_plane(folder: Path, *, tracing_endpoint: str | None = None) 
         plane.stop()
 
 
-SHARED: list[ControlPlane] = []  # the session's control_plane, once started
-
-
-@pytest.fixture(scope="session")
-def control_plane(tmp_path_factory) -> Iterator[ControlPlane]:
-    """The cluster the tests share. Tests that restart or compact it use one of their own."""
-    with running_control_plane(tmp_path_factory.mktemp("controlplane")) as plane:
-        SHARED.append(plane)
-        try:
-            yield plane
-        finally:
-            SHARED.remove(plane)
+SHARED: list[ControlPlane] = []  # the session's control_plane (tests/plugins/control_plane.py), once started
 
 
 def open_nodes() -> set[str]:
@@ -511,22 +499,6 @@ def open_nodes() -> set[str]:
             and not any(t.effect in ("NoSchedule", "NoExecute") for t in node.spec.taints or ())}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def no_open_node_left():
-    """A module leaves no Node behind that a Pod without a nodeSelector may land on: the webhook's
-    and steering's tests decide over every such node, so one left behind with a capped or lapsed
-    list would decide their Pods. One found is deleted, and the module fails naming it."""
-    before = open_nodes()
-    yield
-    left = sorted(open_nodes() - before)
-    if left:
-        core = SHARED[0].core()
-        for name in left:
-            core.delete_node(name)
-        pytest.fail(f"this module left node(s) {', '.join(left)} that a Pod without a nodeSelector may land on "
-                    "(deleted now)", pytrace=False)
-
-
 def apply_service_accounts(plane: ControlPlane) -> None:
     """The chart's ServiceAccounts with their roles, the NodeImages CRD and the agent's namespace:
     the webhook's image-preflight/image-preflight, the node agent's
@@ -536,13 +508,6 @@ def apply_service_accounts(plane: ControlPlane) -> None:
 
     apply(plane, API_ONLY, kinds=("Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
                                   "RoleBinding"))
-
-
-@pytest.fixture(scope="session")
-def service_accounts(control_plane) -> ControlPlane:
-    """The control plane with apply_service_accounts' objects."""
-    apply_service_accounts(control_plane)
-    return control_plane
 
 
 CASE_LABEL = "image-preflight.test/case"
@@ -587,10 +552,3 @@ class Case:
         except ApiException as exc:
             if exc.status != 404:  # 404: the CRD is not installed, so there is nothing to delete
                 raise
-
-
-@pytest.fixture
-def case(control_plane) -> Iterator[Case]:
-    created = Case(control_plane)
-    yield created
-    created.clean_up()

@@ -7,6 +7,7 @@ against the cluster and the needed list written; then what the tests do with tha
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
@@ -20,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import kubernetes.client as k8s
-import pytest
 from cryptography import x509
 from kubernetes.client.rest import ApiException
 
@@ -30,6 +30,7 @@ from tests.chart import AGENT_NAMESPACE, NAMESPACE, RELEASE
 from tests.controlplane.cluster import NODEIMAGES_CRD, ControlPlane, create_node, new_namespace, wait_for
 from tests.needs import record_figures
 from tests.node import netns, quickstart
+from tests.node.preflight_image import BuiltImage
 from tests.node.real_node import RealNode
 from tests.oci_registry import Registry
 from tests.release import VERSION
@@ -257,12 +258,12 @@ def held_images() -> list[str]:
                   if name.endswith(":openai"))
 
 
-@pytest.fixture(scope="module")
-def installed(real_node, preflight_image, tmp_path_factory) -> Iterator[Installed]:
-    """docs/quickstart.md run from its first block to the end of step 8, on the real node."""
+@contextlib.contextmanager
+def installing(real_node: RealNode, preflight_image: BuiltImage, folder: Path) -> Iterator[Installed]:
+    """docs/quickstart.md run from its first block to the end of step 8, on the real node, with
+    `preflight_image` as the page's build and the user's clone and registry in `folder`."""
     plane = real_node.plane
     clean_slate(plane)
-    folder = tmp_path_factory.mktemp("installed")
     # The user's registry, which their nodes pull from: the host side of the node's veth.
     registry = Registry(folder / "registry", address=netns.HOST_ADDRESS).start()
     real_node.trust_registry(registry.host, registry.ca)

@@ -19,14 +19,11 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from tests.containerd import Containerd, ctr, import_image
-from tests.needs import record_figures, unavailable
 from tests.node.real_node import mounts_under
 from tests.release import IMAGE_NAME, VERSION
 
@@ -267,21 +264,3 @@ def cleanup(workdir: Path) -> None:
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
-
-
-@pytest.fixture(scope="session")
-def preflight_image(tmp_path_factory) -> Iterator[BuiltImage]:
-    """The Dockerfile built once a session from $IMAGE_PREFLIGHT_IMAGE_INPUTS, with no network."""
-    inputs = os.environ.get(INPUTS_ENV)
-    if not inputs:
-        unavailable(f"{INPUTS_ENV} is not set (run tests/node/image_inputs and export the folder it prints)")
-    if (reason := missing()) is not None:
-        unavailable(reason)
-    workdir = tmp_path_factory.mktemp("preflight-image")
-    try:
-        image = build_image(Path(inputs), workdir)
-        record_figures({"image_bud_s": image.build_seconds, "image_build_total_s": image.total_seconds,
-                        "image_bytes": image.size_bytes, "image_archive_bytes": image.archive_bytes})
-        yield image
-    finally:
-        cleanup(workdir)

@@ -19,6 +19,7 @@ it was told to trust (RealNode.trust_registry).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import shutil
@@ -31,7 +32,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import kubernetes.client as k8s
-import pytest
 import yaml
 
 from image_preflight.agent.cri import ImageClient
@@ -225,7 +225,7 @@ class RealNode:
         self._start_service_network()
 
     def stop(self) -> list[str]:
-        """Everything undone; what could not be, as lines (the fixture fails on any)."""
+        """Everything undone; what could not be, as lines (running_real_node raises TeardownError on any)."""
         problems: list[str] = []
 
         def attempt(what: str, action) -> None:
@@ -600,26 +600,34 @@ def _loop_devices(backing: Path) -> list[str]:
     return done.stdout.splitlines()
 
 
-def _teardown(node: RealNode) -> None:
+class TeardownError(Exception):
+    """What the real node left behind or reached, found when it stopped."""
+
+
+def _teardown(node: RealNode) -> list[str]:
     problems = node.stop()
     outside = node.outside_requests()
     if outside:
         problems.append("containerd reached beyond the stub registry:\n  " + "\n  ".join(outside[:10]))
-    if problems:
-        pytest.fail("real node teardown: " + "; ".join(problems), pytrace=False)
+    return problems
 
 
-@pytest.fixture(scope="session")
-def real_node(tmp_path_factory) -> Iterator[RealNode]:
-    """A real node registered with a control plane of its own (so that no other test's Pods land
-    on it, and its Pods on no other test's nodes), as the cluster's only node."""
+@contextlib.contextmanager
+def running_real_node(folder: Path) -> Iterator[RealNode]:
+    """A real node registered with a control plane of its own in `folder` (so that no other test's
+    Pods land on it, and its Pods on no other test's nodes), as the cluster's only node. Leaving
+    stops it whatever happened inside; TeardownError when that found anything left or reached."""
     require_real_node()
-    with running_control_plane(tmp_path_factory.mktemp("realnode-plane")) as plane:
+    with running_control_plane(folder) as plane:
         node = RealNode(plane)
         try:
             node.start()
         except BaseException:
             node.stop()
             raise
-        yield node
-        _teardown(node)
+        try:
+            yield node
+        finally:
+            problems = _teardown(node)
+        if problems:
+            raise TeardownError("real node teardown: " + "; ".join(problems))

@@ -1,6 +1,8 @@
-"""The layout of tests/: builders and helpers in modules of their own, fixtures in conftest files, no
-test module imported by another, tests/core/ runnable with the base install alone, and every test
-on the control plane or the real node under tests/cluster/."""
+"""The layout of tests/: builders and helpers in support modules of their own, fixtures in conftest
+files, tests/plugins/ and the test modules using them; no test module, conftest or plugin imported
+by a module of tests/ or benchmarks/ (the benchmarks share the support modules only), tests/core/
+runnable with the base install alone, and every test on the control plane or the real node under
+tests/cluster/."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from image_preflight.faces import extra_top_levels
 
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
+BENCHMARKS = ROOT / "benchmarks"
 # What the extras bring (top-level import names); the base install has none of them.
 EXTRAS = tuple(sorted(extra_top_levels() - {"pytest"}))
 
@@ -31,15 +34,56 @@ def imported_modules(path: Path) -> list[tuple[int, str]]:
 
 
 def is_test_module(name: str) -> bool:
+    """A test module, a conftest or a plugin: what pytest loads itself, and where fixtures are."""
     parts = name.split(".")
-    return parts[0] == "tests" and any(part.startswith("test_") or part == "conftest" for part in parts[1:])
+    return parts[0] == "tests" and (parts[1:2] == ["plugins"] or any(
+        part.startswith("test_") or part == "conftest" for part in parts[1:]))
 
 
-def test_no_test_module_imports_another_or_a_conftest():
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+
+
+def fixtures(path: Path) -> list[tuple[int, str]]:
+    """The functions `path` decorates with pytest.fixture, with their lines."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for decorator in node.decorator_list:
+                target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                if (isinstance(target, ast.Attribute) and target.attr == "fixture") or (
+                        isinstance(target, ast.Name) and target.id == "fixture"):
+                    found.append((node.lineno, node.name))
+    return found
+
+
+def sources() -> list[Path]:
+    return sorted([*TESTS.rglob("*.py"), *BENCHMARKS.rglob("*.py")])
+
+
+def test_no_module_imports_a_test_module_a_conftest_or_a_plugin():
     offenders = [f"{path.relative_to(ROOT)}:{line}: {name}"
-                 for path in sorted(TESTS.rglob("*.py"))
+                 for path in sources()
                  for line, name in imported_modules(path) if is_test_module(name)]
-    assert offenders == [], "builders go to tests/builders/, fixtures to a conftest.py:\n" + "\n".join(offenders)
+    assert offenders == [], ("builders go to tests/builders/, helpers to a support module; a fixture is asked "
+                             "for by name, and what it wraps is a support module's to call:\n" + "\n".join(offenders))
+
+
+def test_fixtures_live_in_test_modules_conftest_files_and_plugins():
+    """So that a support module, which the benchmarks import, holds none: a benchmark calls the
+    function or context manager a fixture wraps."""
+    offenders = [f"{path.relative_to(ROOT)}:{line}: {name}" for path in sources()
+                 if not is_test_module(module_name(path)) for line, name in fixtures(path)]
+    assert offenders == [], "a fixture outside a test module, a conftest or tests/plugins/:\n" + "\n".join(offenders)
+
+
+def test_conftest_loads_every_plugin():
+    """A plugin it did not name would hold fixtures no test finds."""
+    tree = ast.parse((TESTS / "conftest.py").read_text(encoding="utf-8"))
+    (named,) = [ast.literal_eval(node.value) for node in tree.body if isinstance(node, ast.Assign)
+                and any(isinstance(target, ast.Name) and target.id == "PLUGINS" for target in node.targets)]
+    assert sorted(named) == sorted(f"tests.plugins.{path.stem}" for path in (TESTS / "plugins").glob("*.py")
+                                   if path.stem != "__init__")
 
 
 def test_an_import_of_a_test_module_is_found_at_any_depth(tmp_path):
@@ -47,8 +91,36 @@ def test_an_import_of_a_test_module_is_found_at_any_depth(tmp_path):
     path.write_text("import json\n\n\ndef f():\n    from tests.core.test_decision import node\n")
     assert [name for _, name in imported_modules(path) if is_test_module(name)] == [
         "tests.core.test_decision", "tests.core.test_decision.node"]
-    assert is_test_module("tests.cluster.conftest")
+    assert is_test_module("tests.cluster.conftest") and is_test_module("tests.plugins.real_node")
     assert not is_test_module("tests.builders") and not is_test_module("tests.cluster.watchdog_process")
+
+
+def test_a_fixture_is_found_however_it_is_decorated(tmp_path):
+    path = tmp_path / "helpers.py"
+    path.write_text(textwrap.dedent("""
+        import pytest
+        from pytest import fixture
+
+
+        @pytest.fixture
+        def a():
+            pass
+
+
+        @pytest.fixture(scope="module")
+        def b():
+            pass
+
+
+        @fixture
+        def c():
+            pass
+
+
+        def d():
+            pass
+    """))
+    assert [name for _, name in fixtures(path)] == ["a", "b", "c"]
 
 
 # Run by the child: the extras' modules cannot be imported, as in `pip install .` alone.
