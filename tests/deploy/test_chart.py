@@ -30,8 +30,8 @@ from kubernetes_validate.utils import latest_version
 from image_preflight.cli import build_parser, parse_config
 from image_preflight.core.decide.decision import DENY, decide
 from image_preflight.core.decide.workloads import pod_spec_of
+from image_preflight.core.doctor.findings import selects as selector_matches  # metav1.LabelSelector
 from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
-from image_preflight.doctor.findings import selects as selector_matches  # metav1.LabelSelector
 from image_preflight.files.inventory import load_inventory_file
 from tests.agent_lightning import build_job_spec, example_row
 from tests.builders.chart_objects import CERT_MANAGER, MONITORING, api_group
