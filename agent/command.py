@@ -44,11 +44,7 @@ def _publish(images: ImageClient, config: AgentConfig) -> int:
         agent = _start(images, config, stops)
         log.info("publishing %s from %s every %g s%s, lease %d s", agent.publisher.where, images.endpoint,
                  config.interval, " and on image events" if config.image_events else "", config.lease)
-        try:
-            stopped = until_signalled(agent.run, "agent", wake=agent.wake)
-        except RuntimeError as exc:
-            log.error("%s", exc)
-            return 1
+        stopped = until_signalled(agent.run, "agent", wake=agent.wake)  # BrokenLoopError: the CLI says it
     finally:
         stops.close()
     if stopped:
@@ -62,7 +58,8 @@ def _publish(images: ImageClient, config: AgentConfig) -> int:
 def _start(images: ImageClient, config: AgentConfig, stops: Stops):
     """The agent, and the needed list's watch when pinning (what stops them, in `stops`)."""
     from image_preflight.agent.metrics import Metrics
-    from image_preflight.agent.publisher import Agent, Publisher
+    from image_preflight.agent.publisher import Publisher
+    from image_preflight.agent.runner import Agent
 
     api = config.cluster.client()
     stops.add(api.close)  # last: after every watch on it

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 from image_preflight.core.sources.runtime_lists import LEASE_GROUP, LEASE_PLURAL, LEASE_VERSION, lease_object, renewal
 from image_preflight.errors import UnavailableError
 from image_preflight.kube.client import custom_object
-from image_preflight.kube.watch import describe_error
+from image_preflight.kube.status import describe_error
 
 _TIMEOUT = (10.0, 30.0)  # connect, read
 

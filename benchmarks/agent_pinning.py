@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from image_preflight.agent.containerd_images import ImageRecords
 from image_preflight.agent.cri import ImageClient
 from image_preflight.agent.pinner import Pinner
-from image_preflight.agent.publisher import Agent, Publisher
+from image_preflight.agent.publisher import Publisher
+from image_preflight.agent.runner import Agent
 from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP
 from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION
 from tests.containerd import Containerd, build_oci_archive_many, containerd2_binary, import_image

@@ -165,8 +165,8 @@ def naive_seconds_per_row(path: Path, snapshot: Path, sample: int) -> float:
 
     from image_preflight.core.decide.decision import decide
     from image_preflight.core.decide.workloads import pod_spec_of
+    from image_preflight.core.rows.render import yaml_escape
     from image_preflight.files.inventory import load_inventory_file
-    from image_preflight.scanner.render import yaml_escape
 
     inventory = load_inventory_file(snapshot, max_images=-1)
     env = jinja2.Environment()

@@ -1,6 +1,5 @@
 """`image-preflight doctor`: what state the cluster is in, one line per finding with its fix.
 
-findings.py judges plain objects (pure), gc.py what the kubelet's image GC may take (pure);
-cluster.py reads them from the apiserver, the kubelets' node proxy and the webhook; command.py is
-the CLI.
+cluster.py reads the apiserver, the kubelets' node proxy and the webhook; the judgements of what it
+reads are pure, in image_preflight.core.doctor (findings.py, gc.py); command.py is the CLI.
 """

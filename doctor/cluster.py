@@ -8,13 +8,12 @@ import ssl
 import kubernetes.client
 from kubernetes.client.exceptions import ApiException
 
+from image_preflight.core.doctor.findings import WEBHOOK_NAME, WebhookTarget
 from image_preflight.core.image_gc.pinning import NEEDED_CONFIGMAP, NEEDED_NAME, NEEDED_NAMESPACE
-from image_preflight.doctor.findings import WEBHOOK_NAME, WebhookTarget
 from image_preflight.kube import write_policies
 from image_preflight.kube.client import json_body
 from image_preflight.kube.cluster_inventory import KubeletUnread, Unreadable, kubelet_reads, list_all
-from image_preflight.kube.status import status_message
-from image_preflight.kube.watch import describe_error
+from image_preflight.kube.status import describe_error, status_message
 
 _TIMEOUT = (5.0, 30.0)
 _SUMMARY_TIMEOUT = (3.0, 15.0)  # the kubelet answers from cached stats; a silent one must not hold the doctor

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import time
 
+from image_preflight.core.doctor import findings, gc
+from image_preflight.core.doctor.findings import PROBLEM, SKIPPED, Finding
 from image_preflight.core.sources.runtime_lists import AGENT_NAMESPACE
-from image_preflight.doctor import cluster, findings, gc
+from image_preflight.doctor import cluster
 from image_preflight.doctor.config import DoctorConfig
-from image_preflight.doctor.findings import PROBLEM, SKIPPED, Finding
 from image_preflight.errors import PreflightError
 from image_preflight.kube.cluster_inventory import (
     NotServed,

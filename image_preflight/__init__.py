@@ -1,7 +1,8 @@
 """image-preflight: keep rollout Jobs off nodes that lack their locally built images.
 
 The Python API (see image_preflight.api): load_inventory, decide, filter_rows, and the types they
-return. Imported on first use, so that `image-preflight serve` does not load the scanner.
+return. Each is imported on first use, so that a command loads only what it runs (`image-preflight
+serve` never loads Jinja2, which renders the rows' Jobs).
 """
 
 from __future__ import annotations
@@ -37,30 +38,30 @@ if not (_HERE / "scanner").is_dir() and (_HERE.parent / "pyproject.toml").is_fil
 _EXPORTS = {
     "load_inventory": "image_preflight.api",
     "decide": "image_preflight.api",
-    "filter_rows": "image_preflight.scanner.rows",
-    "needed_images": "image_preflight.scanner.rows",
-    "judge_rows": "image_preflight.scanner.rows",
+    "filter_rows": "image_preflight.api",
+    "needed_images": "image_preflight.api",
+    "judge_rows": "image_preflight.api",
     "Inventory": "image_preflight.core.decide.inventory",
     "NodeImages": "image_preflight.core.decide.inventory",
     "Decision": "image_preflight.core.decide.decision",
     "ImageVerdict": "image_preflight.core.decide.decision",
-    "RowVerdict": "image_preflight.scanner.judge",
+    "RowVerdict": "image_preflight.core.rows.judge",
     "InputError": "image_preflight.errors",
 }
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:  # what type checkers see of _EXPORTS: each name re-exported as itself
     from image_preflight.api import decide as decide
+    from image_preflight.api import filter_rows as filter_rows
+    from image_preflight.api import judge_rows as judge_rows
     from image_preflight.api import load_inventory as load_inventory
+    from image_preflight.api import needed_images as needed_images
     from image_preflight.core.decide.decision import Decision as Decision
     from image_preflight.core.decide.decision import ImageVerdict as ImageVerdict
     from image_preflight.core.decide.inventory import Inventory as Inventory
     from image_preflight.core.decide.inventory import NodeImages as NodeImages
+    from image_preflight.core.rows.judge import RowVerdict as RowVerdict
     from image_preflight.errors import InputError as InputError
-    from image_preflight.scanner.judge import RowVerdict as RowVerdict
-    from image_preflight.scanner.rows import filter_rows as filter_rows
-    from image_preflight.scanner.rows import judge_rows as judge_rows
-    from image_preflight.scanner.rows import needed_images as needed_images
 
 
 def __getattr__(name: str):

@@ -73,8 +73,7 @@ def filter_datasets(config: object, train: Sequence[Mapping], val: Sequence[Mapp
     images. `inventory`: an Inventory, snapshot file(s) (`image-preflight inventory dump` output),
     or None to read the cluster. InputError (a ValueError, one line) for a missing template or
     inventory, or a split left with no row."""
-    from image_preflight.api import load_inventory
-    from image_preflight.scanner.rows import judge_rows
+    from image_preflight.api import judge_rows, load_inventory
 
     path = template_path(config)
     try:

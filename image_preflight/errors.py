@@ -3,11 +3,13 @@
     PreflightError                 every error image-preflight raises on purpose
     ├── InputError (ValueError)    input that cannot be used: a file, a row, a field, an object
     │   └── UsageError             the command line: a flag's value, or flags that cannot go together
-    └── UnavailableError           something the command needs cannot be reached or used: the
-                                   apiserver's objects, the runtime's socket, a port to listen on
+    ├── UnavailableError           something the command needs cannot be reached or used: the
+    │                              apiserver's objects, the runtime's socket, a port to listen on
+    └── BrokenLoopError            a long-running face's loop (the agent's, the watchdog's) ended
+                                   on an exception it did not handle
 
 The library raises InputError's kin for bad input (each module's own class, derived from it); the
-CLI shows any of them as one line and exits 2.
+CLI shows any of them as one line and exits 2, whichever face raised it.
 """
 
 
@@ -25,3 +27,8 @@ class UsageError(InputError):
 
 class UnavailableError(PreflightError):
     """What the command needs cannot be reached or used; the message names it and why."""
+
+
+class BrokenLoopError(PreflightError):
+    """A long-running face's loop ended on an exception it did not handle (its traceback is
+    logged); the message names the loop and the exception."""

@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from image_preflight.errors import UnavailableError
+from image_preflight.errors import BrokenLoopError, UnavailableError
 from image_preflight.files.poll import Poller
 
 FLUSH_S = 0.1
@@ -175,10 +175,20 @@ def until_signalled(work: Callable[[threading.Event], object], name: str,
                     wake: Callable[[], None] | None = None) -> object:
     """Run `work(stop)` in a thread until it returns; SIGTERM and SIGINT set `stop` and call `wake`
     (for a loop that waits on its own condition). The main thread only joins, so a handler never
-    interrupts code holding a lock; the handlers are restored after."""
+    interrupts code holding a lock; the handlers are restored after. BrokenLoopError when `work`
+    ends on an exception: every face that runs a loop here fails alike, as the CLI says it."""
     stop = threading.Event()
     done: list[object] = []
-    worker = threading.Thread(target=lambda: done.append(work(stop)), name=name, daemon=True)
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(work(stop))
+        except BaseException as exc:  # noqa: BLE001 - raised again in the main thread, as BrokenLoopError
+            log.exception("the %s loop failed", name)  # the traceback, as one JSON line with the others
+            failed.append(exc)
+
+    worker = threading.Thread(target=run, name=name, daemon=True)
 
     def stopping(*_) -> None:
         stop.set()
@@ -193,6 +203,7 @@ def until_signalled(work: Callable[[threading.Event], object], name: str,
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if not done:
-        raise RuntimeError(f"the {name} loop ended unexpectedly (see above)")
+    if failed:
+        said = " ".join(f"{type(failed[0]).__name__}: {failed[0]}".split())
+        raise BrokenLoopError(f"the {name} loop ended unexpectedly ({said}; its traceback is logged)") from failed[0]
     return done[0]

@@ -10,6 +10,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+from image_preflight.core.rows.judge import RowJudge, make_template
 from image_preflight.core.sources.snapshots import load_document
 from image_preflight.errors import InputError, UsageError
 from image_preflight.files.atomic import atomic_path
@@ -17,7 +18,6 @@ from image_preflight.files.inventory import load_inventory_file
 from image_preflight.image_set import compact_inventory
 from image_preflight.scanner import datasets, output
 from image_preflight.scanner.config import ScanConfig
-from image_preflight.scanner.judge import RowJudge, make_template
 from image_preflight.scanner.scan import scan
 
 

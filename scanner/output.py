@@ -15,8 +15,8 @@ from typing import Any, TextIO
 
 from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.image_gc.pinning import needed_text
-from image_preflight.scanner.judge import DROP_REASONS, UNKNOWN
-from image_preflight.scanner.records import RowRecord, RowRecords
+from image_preflight.core.rows.judge import DROP_REASONS, UNKNOWN
+from image_preflight.core.rows.records import RowRecord, RowRecords
 from image_preflight.scanner.scan import FileResult, ScanResult
 
 MAX_IMAGES_SHOWN = 20

@@ -12,13 +12,13 @@ from typing import Protocol
 import numpy as np
 import pyarrow as pa
 
+from image_preflight.core.rows.judge import RowJudge, RowReason, RowVerdict
+from image_preflight.core.rows.judged import Groups, JudgedRows, judge_each, judged, verdict_codes
+from image_preflight.core.rows.records import RowRecords
 from image_preflight.errors import InputError
 from image_preflight.files.atomic import atomic_path
 from image_preflight.scanner import datasets
-from image_preflight.scanner.judge import RowJudge, RowReason, RowVerdict
 from image_preflight.scanner.parquet_inputs import distinct_inputs
-from image_preflight.scanner.records import RowRecords
-from image_preflight.scanner.rows import Groups, JudgedRows, judge_each, judged, verdict_codes
 
 
 class Progress(Protocol):

@@ -25,8 +25,7 @@ from image_preflight.core.watchdog.job_failure import AUDIT, AUDITED, EVENT_ONLY
 from image_preflight.core.watchdog.pull_failures import FAILED_SANDBOX, not_the_jobs_pod, sandbox_unconfirmed
 from image_preflight.core.watchdog.stalls import Stall
 from image_preflight.kube.client import json_body
-from image_preflight.kube.status import status_message
-from image_preflight.kube.watch import describe_error
+from image_preflight.kube.status import describe_error, status_message
 
 _REQUEST_TIMEOUT = (10.0, 30.0)
 _CONFLICT_ATTEMPTS = 5  # a Job changes between our read and our patch only while its controller acts

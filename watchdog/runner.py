@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from image_preflight.core.objects import as_mapping, as_text
 from image_preflight.core.watchdog.job_failure import Action, kubelet_reason
 from image_preflight.core.watchdog.stalls import JOB, POD, REPORT, Stall, Stalls, event_key, pod_key
-from image_preflight.kube.watch import describe_error
+from image_preflight.kube.status import describe_error
 from image_preflight.watchdog.actions import Actions
 from image_preflight.watchdog.metrics import Metrics
 

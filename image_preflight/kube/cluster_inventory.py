@@ -32,7 +32,7 @@ from image_preflight.core.sources.runtime_lists import (
 from image_preflight.errors import InputError, UnavailableError
 from image_preflight.kube.client import json_body
 from image_preflight.kube.pages import Pages
-from image_preflight.kube.watch import describe_error
+from image_preflight.kube.status import describe_error
 
 Note = Callable[[str], None]
 _PAGE = 100  # objects per list call: NodeImages of busy nodes run to megabytes each

@@ -23,8 +23,9 @@ from typing import Any, Callable, Iterator
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError, ReadTimeoutError
 
+from image_preflight.errors import UnavailableError
 from image_preflight.kube.pages import Pages
-from image_preflight.kube.status import status_message
+from image_preflight.kube.status import describe_error
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +49,15 @@ SILENCE_TIMEOUT_S = 90.0
 BACKOFF_MAX_S = 5.0
 
 
-class _Expired(Exception):
+class _Expired(UnavailableError):
     """The resourceVersion we resume from is gone: only a fresh list helps."""
 
 
-class _StreamError(Exception):
+class _StreamError(UnavailableError):
     """The watch stream carried an ERROR event other than 410."""
 
 
-class _Silent(Exception):
+class _Silent(UnavailableError):
     """The watch said nothing for longer than its bound while its connection stayed open."""
 
 
@@ -310,15 +311,3 @@ def _lines(response) -> Iterator[str]:
             newline = buffer.find(b"\n")
     if buffer.strip():
         yield buffer.decode("utf-8")
-
-
-def describe_error(exc: BaseException) -> str:
-    """One line for the log: status and Status message for API errors, else type and text."""
-    if isinstance(exc, ApiException):
-        message = status_message(exc)
-        text = f"HTTP {exc.status} {exc.reason}" + (f": {message}" if message else "")
-    elif isinstance(exc, (_Expired, _StreamError, _Silent)):
-        text = str(exc)
-    else:
-        text = f"{type(exc).__name__}: {exc}"
-    return " ".join(text.split())

@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from image_preflight.core.write_policies import problem
 from image_preflight.errors import UnavailableError
 from image_preflight.kube.cluster_inventory import Unreadable
-from image_preflight.kube.watch import describe_error
+from image_preflight.kube.status import describe_error
 
 GROUP, VERSION = "admissionregistration.k8s.io", "v1"
 POLICIES = "validatingadmissionpolicies"

@@ -23,7 +23,8 @@ import pytest
 from image_preflight.agent import cri_pb2, cri_pb2_grpc
 from image_preflight.agent.cri import ImageClient
 from image_preflight.agent.events import IMAGE_EVENTS_FILTER, ImageEvents
-from image_preflight.agent.publisher import Agent, Publisher
+from image_preflight.agent.publisher import Publisher
+from image_preflight.agent.runner import Agent
 from image_preflight.cli import build_parser
 from tests.agent_cluster import ALPHA, SWE, import_images, wait_listed, wait_until
 from tests.containerd import build_oci_archive_many, import_image, remove
@@ -52,6 +53,7 @@ def agents(cluster) -> Iterator[Callable[..., tuple[Agent, threading.Event, thre
     yield start
     for agent, stop, thread in started:
         stop.set()
+        agent.wake()
         thread.join(10)
         agent.images.close()
 
@@ -141,6 +143,7 @@ def test_stop_ends_the_subscription_at_once(containerd, agents):
     agent, stop, thread = agents(containerd.endpoint)
     wait_until(lambda: agent.events is not None and agent.events.subscriptions == 1, "the agent subscribes")
     stop.set()
+    agent.wake()  # as until_signalled's wake does on SIGTERM
     assert within(1.0, lambda: not thread.is_alive() and not agent.events.alive, "the agent and its stream end") < 1.0
 
 

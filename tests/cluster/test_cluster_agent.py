@@ -23,7 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from image_preflight.agent.cri import ImageClient
 from image_preflight.agent.inventory import CHANGED, CREATE, RENEW
-from image_preflight.agent.publisher import Agent, Publisher
+from image_preflight.agent.publisher import Publisher
+from image_preflight.agent.runner import Agent
 from image_preflight.cli import main
 from image_preflight.core.sources.runtime_lists import (
     AGENT_NAMESPACE,
@@ -72,6 +73,7 @@ def running(cluster) -> Iterator[Callable[..., Agent]]:
     yield start
     for agent, stop, thread in started:
         stop.set()
+        agent.wake()
         thread.join(10)
         agent.images.close()
 

@@ -19,7 +19,8 @@ from kubernetes.client.rest import ApiException
 from image_preflight.agent.containerd_images import ImageRecords
 from image_preflight.agent.cri import ImageClient
 from image_preflight.agent.pinner import Pinner
-from image_preflight.agent.publisher import Agent, Publisher
+from image_preflight.agent.publisher import Publisher
+from image_preflight.agent.runner import Agent
 from image_preflight.core.image_gc.pinning import NEEDED_NAME, NEEDED_NAMESPACE, PINNED_LABEL, PINNED_VALUE
 from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION
 from image_preflight.doctor.command import check
@@ -102,6 +103,7 @@ def agents(cluster) -> Iterator[Callable[[Containerd], Agent]]:
         while running:
             agent, stop, thread, watcher = running.pop()
             stop.set()
+            agent.wake()
             thread.join(10)
             watcher.stop()
             agent.images.close()

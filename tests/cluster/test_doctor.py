@@ -15,8 +15,8 @@ import pytest
 from kubernetes import client as k8s
 
 from image_preflight.cli import main
+from image_preflight.core.doctor.gc import grant_proxy
 from image_preflight.core.sources.runtime_lists import GROUP, PLURAL, VERSION, format_time
-from image_preflight.doctor.gc import grant_proxy
 from tests.builders.stalls import ENFORCE_LABEL
 from tests.chart import API_ONLY, NAMESPACE, SERVICE, apply, merged, render, secret_values
 from tests.controlplane.cluster import (
@@ -293,7 +293,7 @@ def test_the_write_policies_of_the_agent_and_the_watchdog_each_with_the_upgrade_
 
 
 def test_a_write_policy_is_judged_only_where_its_face_is_installed_or_cannot_be_told():
-    from image_preflight.doctor.findings import OK, PROBLEM, SKIPPED, WRITE_POLICIES, write_policy
+    from image_preflight.core.doctor.findings import OK, PROBLEM, SKIPPED, WRITE_POLICIES, write_policy
 
     agent, watchdog = WRITE_POLICIES
     policy = {"metadata": {"name": watchdog.name}}
@@ -329,7 +329,7 @@ def test_a_cluster_that_cannot_be_read_exits_2_with_one_line(tmp_path, capsys):
 def test_the_namespace_selector_of_the_chart_is_read_as_the_apiserver_reads_it(labels, selected):
     """k8s.io/apimachinery/pkg/apis/meta/v1, LabelSelectorAsSelector: matchLabels and every
     expression must hold."""
-    from image_preflight.doctor.findings import selects
+    from image_preflight.core.doctor.findings import selects
 
     (configuration,) = [d for d in render() if d["kind"] == "ValidatingWebhookConfiguration"]
     assert selects(configuration["webhooks"][0]["namespaceSelector"], labels) is selected
@@ -352,7 +352,7 @@ def _published(name: str, sandbox: dict | None, observed_at: float = 1_000_000_0
 
 
 def test_a_node_whose_runtime_lacks_its_sandbox_image_is_named_with_the_fix():
-    from image_preflight.doctor.findings import PROBLEM, node_lists
+    from image_preflight.core.doctor.findings import PROBLEM, node_lists
 
     pause = "registry.k8s.io/pause:3.10.1"
     found = node_lists([_node("cpu-1"), _node("cpu-2"), _node("cpu-3")],
@@ -369,7 +369,7 @@ def test_a_node_whose_runtime_lacks_its_sandbox_image_is_named_with_the_fix():
 
 
 def test_a_stale_sandbox_report_is_not_a_sandbox_finding():
-    from image_preflight.doctor.findings import node_lists
+    from image_preflight.core.doctor.findings import node_lists
 
     stale = _published("cpu-1", {"name": "pause:3.9", "present": False}, lease=5)
     lines = [f.line() for f in node_lists([_node("cpu-1")], [stale], {}, 50, now=1_000_000_010)]
@@ -377,7 +377,7 @@ def test_a_stale_sandbox_report_is_not_a_sandbox_finding():
 
 
 def test_a_malformed_sandbox_report_is_one_line_naming_the_field():
-    from image_preflight.doctor.findings import node_lists
+    from image_preflight.core.doctor.findings import node_lists
 
     broken = _published("cpu-1", None)
     broken["spec"]["sandboxImage"] = {"name": "registry.k8s.io/pause:3.10.1", "present": "no"}
@@ -389,7 +389,7 @@ def test_a_malformed_sandbox_report_is_one_line_naming_the_field():
 @pytest.mark.parametrize("policy, problem", [("Fail", True), ("Ignore", False)])
 def test_failure_policy_fail_is_named_with_what_it_does_to_agent_lightning(policy, problem):
     """Measured in tests/cluster/test_real_node_agentlightning.py: under Fail an outage leaves rollouts queuing."""
-    from image_preflight.doctor.findings import PROBLEM, webhook_configuration
+    from image_preflight.core.doctor.findings import PROBLEM, webhook_configuration
 
     configuration = {"metadata": {"name": "image-preflight"}, "webhooks": [{
         "name": "validate.image-preflight.io", "failurePolicy": policy,
@@ -413,7 +413,7 @@ def _replica(name: str, *, ready: bool, waiting: dict | None = None, deleting: b
 
 def test_a_replica_waiting_for_its_own_image_is_named_with_its_node_and_the_import():
     """The kubelet's waiting reasons for an image it cannot get (pkg/kubelet/images/types.go)."""
-    from image_preflight.doctor.findings import PROBLEM, WebhookTarget, deployment
+    from image_preflight.core.doctor.findings import PROBLEM, WebhookTarget, deployment
     target = WebhookTarget("image-preflight", "image-preflight", "image-preflight", 443, b"", {}, "Fail")
     pods = [_replica("a", ready=True),
             _replica("b", ready=False, waiting={"reason": "ErrImagePull", "message": "not found"}),
@@ -429,7 +429,7 @@ def test_a_replica_waiting_for_its_own_image_is_named_with_its_node_and_the_impo
     assert len(texts) == 3  # a terminating Pod is on its way out
 
 
-# --- the kubelet's image GC against the needed images (doctor/gc.py) ---------------
+# --- the kubelet's image GC against the needed images (core/doctor/gc.py) ----------
 
 NEEDED = ["docker.io/library/rollout-a:v1", "docker.io/library/rollout-b:v1", "docker.io/library/rollout-c:v1",
           "docker.io/library/rollout-d:v1"]
@@ -458,8 +458,8 @@ def _summary(used_percent: float, capacity: int = 100 * GIB) -> dict:
 
 def _gc(config: dict | None, summary, agent: dict | None, needed_refs=NEEDED, name: str = "cpu-1"):
     """gc.image_gc for one node; `config` None: configz answered 403."""
+    from image_preflight.core.doctor import gc
     from image_preflight.core.image_gc.pinning import parse_needed
-    from image_preflight.doctor import gc
     from image_preflight.kube.cluster_inventory import KubeletUnread
 
     configs = {name: config if config is not None else KubeletUnread(403, "HTTP 403 Forbidden: nodes/proxy")}
@@ -487,7 +487,7 @@ TWO_UNPINNED = {**ALL_PINNED, NEEDED[1]: False, NEEDED[3]: False}
 def test_image_fs_use_is_computed_as_the_kubelets_gc_computes_it(available, capacity, use):
     """pkg/kubelet/images/image_gc_manager.go, GarbageCollect: available capped at capacity,
     `usagePercent := 100 - int(available*100/capacity)`."""
-    from image_preflight.doctor.gc import image_fs_use
+    from image_preflight.core.doctor.gc import image_fs_use
 
     image_fs = {"capacityBytes": capacity, **({"availableBytes": available} if available is not None else {})}
     assert image_fs_use({"node": {"runtime": {"imageFs": image_fs}}}) == use
@@ -495,7 +495,7 @@ def test_image_fs_use_is_computed_as_the_kubelets_gc_computes_it(available, capa
 
 def test_an_image_fs_of_capacity_0_or_no_image_fs_is_not_a_use():
     """GarbageCollect fails with InvalidDiskCapacity on capacity 0: no use to compare."""
-    from image_preflight.doctor.gc import image_fs_use
+    from image_preflight.core.doctor.gc import image_fs_use
 
     with pytest.raises(ValueError, match="capacity 0"):
         image_fs_use({"node": {"runtime": {"imageFs": {"availableBytes": 0, "capacityBytes": 0}}}})
@@ -507,14 +507,14 @@ def test_an_image_fs_of_capacity_0_or_no_image_fs_is_not_a_use():
                                                ("1.5h", 5400), ("300ms", 0.3), ("-1m", -60)])
 def test_go_durations_as_configz_writes_them(text, seconds):
     """metav1.Duration marshals as Go's time.Duration.String(); time.ParseDuration reads it."""
-    from image_preflight.doctor.gc import go_duration
+    from image_preflight.core.doctor.gc import go_duration
 
     assert go_duration(text) == pytest.approx(seconds)
 
 
 @pytest.mark.parametrize("text", ["", "2", "2 minutes", "1d", "m", "1h30"])
 def test_what_is_not_a_go_duration_is_refused(text):
-    from image_preflight.doctor.gc import go_duration
+    from image_preflight.core.doctor.gc import go_duration
 
     with pytest.raises(ValueError):
         go_duration(text)
@@ -522,7 +522,7 @@ def test_what_is_not_a_go_duration_is_refused(text):
 
 def test_absent_gc_settings_take_the_kubelets_defaults():
     """pkg/kubelet/apis/config/v1beta1/defaults.go, SetDefaults_KubeletConfiguration: 85, 80, 2m, 0."""
-    from image_preflight.doctor.gc import gc_policy
+    from image_preflight.core.doctor.gc import gc_policy
 
     policy = gc_policy({})
     assert (policy.high, policy.low, policy.min_age, policy.max_age, policy.max_age_s) == (85, 80, "2m0s", "0s", 0)
@@ -631,7 +631,7 @@ def test_a_runtime_that_cannot_pin_is_one_problem_with_the_upgrade():
 
 
 def test_no_needed_list_is_one_skipped_line_with_its_command_and_no_needed_image_findings():
-    from image_preflight.doctor.gc import needed_list
+    from image_preflight.core.doctor.gc import needed_list
 
     found, needed = needed_list(None)
     assert needed is None
@@ -644,8 +644,8 @@ def test_no_needed_list_is_one_skipped_line_with_its_command_and_no_needed_image
 
 
 def test_a_needed_list_with_bad_lines_is_a_problem_with_parse_needeeds_summary():
+    from image_preflight.core.doctor.gc import needed_list
     from image_preflight.core.image_gc.pinning import parse_needed
-    from image_preflight.doctor.gc import needed_list
 
     data = {"needed.txt": "docker.io/library/rollout-a:v1\nNot A Reference\n# a comment\n"}
     found, needed = needed_list(data)
@@ -662,7 +662,7 @@ def test_a_needed_list_with_bad_lines_is_a_problem_with_parse_needeeds_summary()
                                                     "reach its kubelet (node down?)"),
 ])
 def test_an_unreadable_configz_is_one_skipped_line_per_node_naming_the_status(status, why, expected):
-    from image_preflight.doctor import gc
+    from image_preflight.core.doctor import gc
     from image_preflight.kube.cluster_inventory import KubeletUnread
 
     configs = {"cpu-1": KubeletUnread(status, why), "cpu-2": KubeletUnread(status, why)}
@@ -684,8 +684,8 @@ def test_an_unreadable_summary_still_tells_the_settings_and_the_maximum_age():
 
 
 def test_the_nodes_checked_are_the_agents_and_where_rollouts_land_not_a_tainted_gpu_node():
-    from image_preflight.doctor import gc
-    from image_preflight.doctor.findings import eligible_nodes
+    from image_preflight.core.doctor import gc
+    from image_preflight.core.doctor.findings import eligible_nodes
 
     taint = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
     nodes = [{"metadata": {"name": "cpu-1"}, "spec": {"taints": taint}}, {"metadata": {"name": "cpu-2"}},
@@ -700,7 +700,7 @@ def test_the_nodes_checked_are_the_agents_and_where_rollouts_land_not_a_tainted_
 
 
 def test_a_fleet_of_complete_lists_is_one_line_and_each_node_to_fix_keeps_its_own():
-    from image_preflight.doctor.findings import NODES_LISTED, node_lists, summarized
+    from image_preflight.core.doctor.findings import NODES_LISTED, node_lists, summarized
 
     many = NODES_LISTED + 5
     names = [f"cpu-{i:02d}" for i in range(many)]
@@ -717,7 +717,7 @@ def test_a_fleet_of_complete_lists_is_one_line_and_each_node_to_fix_keeps_its_ow
 
 
 def test_many_nodes_that_read_the_same_and_need_nothing_done_are_one_line_and_problems_stay_each():
-    from image_preflight.doctor.findings import NODES_LISTED, OK, PROBLEM, SKIPPED, Finding, summarized
+    from image_preflight.core.doctor.findings import NODES_LISTED, OK, PROBLEM, SKIPPED, Finding, summarized
 
     many = NODES_LISTED + 1
     unread = [Finding(SKIPPED, f"node cpu-{i}: its kubelet's image GC settings (configz: HTTP 503)")

@@ -12,7 +12,7 @@ from image_preflight.core.admission.scope import in_scope
 from image_preflight.core.decide.decision import decide
 from image_preflight.core.decide.memory import key_of
 from image_preflight.core.decide.workloads import deciding_fields
-from image_preflight.scanner.slots import shape_of
+from image_preflight.core.rows.slots import shape_of
 from tests.builders.inventories import NOW, inv, node
 from tests.builders.reviews import ABSENT, HELD
 

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from image_preflight.core.doctor.findings import OK, node_lists
 from image_preflight.core.sources.runtime_lists import (
     AGENT_NAMESPACE,
     format_micro_time,
@@ -18,7 +19,6 @@ from image_preflight.core.sources.runtime_lists import (
 )
 from image_preflight.core.sources.snapshots import SnapshotError, load_snapshot
 from image_preflight.core.watchdog.pull_failures import sandbox_unconfirmed
-from image_preflight.doctor.findings import OK, node_lists
 from tests.builders.nodes import OBSERVED, kube_node, runtime
 
 LEASE = 300

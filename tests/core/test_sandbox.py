@@ -191,9 +191,9 @@ def test_no_node_that_starts_pods_means_no_steering():
 
 
 def test_the_scanner_drops_rows_for_a_node_without_its_sandbox_image_under_their_own_reason():
-    """scanner/judge.py verdict_of: the row is dropped, naming the node and its sandbox image, and
+    """core/rows/judge.py verdict_of: the row is dropped, naming the node and its sandbox image, and
     no image the node holds goes to the build list (--missing-images)."""
-    from image_preflight.scanner.judge import MISSING_IMAGE, NO_SANDBOX, verdict_of
+    from image_preflight.core.rows.judge import MISSING_IMAGE, NO_SANDBOX, verdict_of
 
     one = cluster(node("cpu-1", *HELD, sandbox_missing=PAUSE, **LEASED))
     halted = verdict_of(decide(pod(IMAGE), one, now=NOW), one, now=NOW)

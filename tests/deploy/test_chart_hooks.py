@@ -5,7 +5,7 @@ own, and every object of it goes whether it succeeds or fails."""
 from __future__ import annotations
 
 from image_preflight.cli import build_parser, parse_config
-from image_preflight.doctor.findings import selects as selector_matches  # metav1.LabelSelector
+from image_preflight.core.doctor.findings import selects as selector_matches  # metav1.LabelSelector
 from tests.chart import NAMESPACE
 from tests.deploy.rendered import _docs, _docs_with, _one, _webhook
 

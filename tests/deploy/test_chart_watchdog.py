@@ -8,7 +8,7 @@ import re
 import pytest
 
 from image_preflight.cli import parse_config
-from image_preflight.doctor.findings import selects as selector_matches  # metav1.LabelSelector
+from image_preflight.core.doctor.findings import selects as selector_matches  # metav1.LabelSelector
 from tests.chart import NAMESPACE
 from tests.deploy.rendered import _docs, _one, _pod_spec, _webhook
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from image_preflight.cli import parse_config
-from image_preflight.doctor.findings import selects as selector_matches  # metav1.LabelSelector
+from image_preflight.core.doctor.findings import selects as selector_matches  # metav1.LabelSelector
 from tests.builders.reviews import EXAMPLES
 from tests.chart import CHART, NAMESPACE, SERVICE, template
 from tests.deploy.rendered import _docs, _docs_with, _one, _pod_spec, _webhook

@@ -1,5 +1,5 @@
-"""What the CLI says when the install is short of a module, and the cluster flags every command
-that talks to the cluster offers alike."""
+"""What the CLI says when the install is short of a module, or when a long-running face's loop
+breaks; and the cluster flags every command that talks to the cluster offers alike."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import argparse
 import dataclasses
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -159,3 +161,47 @@ def test_without_the_files_kubeconfig_lists_a_command_names_them_all(no_kubeconf
     assert capsys.readouterr().err == (
         f"image-preflight inventory dump: {no_kubeconfig / 'a'}, {no_kubeconfig / 'b'}: no such file ($KUBECONFIG): "
         "no configuration has been provided; give --kubeconfig FILE\n")
+
+
+class _BreakingLoop:
+    """A face's loop (the agent's, the watchdog's) that ends on an exception it does not handle."""
+
+    publisher = SimpleNamespace(where="nodeimages/n")  # what the agent logs as it starts
+
+    def run(self, stop: threading.Event) -> bool:
+        raise RuntimeError("lost its way")
+
+    def wake(self) -> None:
+        pass
+
+
+class _Runtime:
+    """The agent's CRI client, never dialled."""
+
+    endpoint = "unix:///run/nothing.sock"
+
+    def __init__(self, endpoint: str) -> None:
+        pass
+
+    def __enter__(self) -> "_Runtime":
+        return self
+
+    def __exit__(self, *_) -> None:
+        pass
+
+
+@pytest.mark.parametrize("face", ["agent", "watchdog"])
+def test_every_face_whose_loop_breaks_says_so_in_one_line_and_exits_2(face, monkeypatch, capsys):
+    from image_preflight.agent import command as agent
+    from image_preflight.watchdog import command as watchdog
+
+    for module in (agent, watchdog):
+        monkeypatch.setattr(module, "configure_logging", lambda level: None)  # the test's own log capture stays
+    monkeypatch.setattr(agent, "ImageClient", _Runtime)
+    monkeypatch.setattr(agent, "_start", lambda images, config, stops: _BreakingLoop())
+    monkeypatch.setattr(watchdog, "start", lambda config, stops: _BreakingLoop())
+    argv = {"agent": ["agent", "--publish", "--node", "n"], "watchdog": ["watchdog"]}[face]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"image-preflight {face}: the {face} loop ended unexpectedly (RuntimeError: lost its way; its traceback is "
+        "logged)")

@@ -3,6 +3,7 @@ them: one list of faces, no import loop, light parsers, one error base."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.metadata
 import inspect
@@ -19,7 +20,7 @@ import pytest
 
 import image_preflight
 from image_preflight.cli import COMMANDS
-from image_preflight.errors import InputError, PreflightError, UnavailableError, UsageError
+from image_preflight.errors import BrokenLoopError, InputError, PreflightError, UnavailableError, UsageError
 from image_preflight.faces import BASE_MODULES, EXTRA_MODULES, FACES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,6 +65,29 @@ def _face_sources():
     for face in FACES:
         for path in sorted((ROOT / face).glob("*.py")):
             yield face, path
+
+
+def _faces_named(path: Path) -> set[str]:
+    """The faces' modules `path` imports, or names whole in a string (as a lazy import does)."""
+    face = re.compile(rf"image_preflight\.({'|'.join(FACES)})(\.\w+)*")
+    named = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            named |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            named |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            named.add(node.value)
+    return {name for name in named if face.fullmatch(name)}
+
+
+def test_the_base_package_imports_no_face():
+    """The core, the shells and the Python API stand below every face; only the CLI, which runs the
+    chosen one, loads a face."""
+    offending = {str(path.relative_to(ROOT)): sorted(named)
+                 for path in sorted((ROOT / "image_preflight").rglob("*.py"))
+                 if path != ROOT / "image_preflight" / "cli.py" and (named := _faces_named(path))}
+    assert offending == {}
 
 
 def test_no_face_imports_the_cli():
@@ -192,8 +216,9 @@ def test_every_public_error_class_derives_from_preflight_error():
     assert {"image_preflight.errors.InputError", "image_preflight.agent.cri.CRIError",
             "image_preflight.core.decide.workloads.WorkloadError"} <= set(errors)
     assert sorted(name for name, cls in errors.items() if not issubclass(cls, PreflightError)) == []
-    # Each on one branch of the tree errors.py draws: bad input (flags among it), or a need unmet.
-    branches = (InputError, UnavailableError)
+    # Each on one branch of the tree errors.py draws: bad input (flags among it), a need unmet, or a
+    # long-running loop broken.
+    branches = (InputError, UnavailableError, BrokenLoopError)
     assert sorted(name for name, cls in errors.items()
                   if cls is not PreflightError and not issubclass(cls, branches)) == []
     assert issubclass(UsageError, InputError)

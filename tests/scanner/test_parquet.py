@@ -9,7 +9,7 @@ import pytest
 
 from image_preflight.cli import main
 from image_preflight.core.decide.inventory import Inventory, NodeImages
-from image_preflight.scanner.judge import RowJudge, make_template
+from image_preflight.core.rows.judge import RowJudge, make_template
 from image_preflight.scanner.scan import scan
 
 NESTED = "{{ input.extra_info.sandbox_overrides.docker_image }}"

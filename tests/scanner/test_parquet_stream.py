@@ -5,8 +5,8 @@ import pyarrow.parquet as pq
 
 from image_preflight.cli import main
 from image_preflight.core.decide.inventory import Inventory, NodeImages
+from image_preflight.core.rows.judge import RowJudge, make_template
 from image_preflight.scanner import datasets
-from image_preflight.scanner.judge import RowJudge, make_template
 from image_preflight.scanner.scan import scan
 
 IMAGES = ["good:1", "gone:1", "also:2"]

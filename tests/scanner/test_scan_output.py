@@ -169,7 +169,7 @@ NOW = 1_000_000.0
      "RuntimeClass 'gvisor' is not in the inventory"),
 ])
 def test_every_unknown_row_says_why(node, spec, because):
-    from image_preflight.scanner.rows import filter_rows as judge_rows
+    from image_preflight.api import filter_rows as judge_rows
 
     template = ("apiVersion: batch/v1\nkind: Job\nmetadata: {name: r}\nspec:\n  template:\n    spec:\n"
                 + "".join(f"      {key}: {value}\n" for key, value in spec.items())

@@ -12,8 +12,8 @@ import pytest
 from image_preflight import load_inventory
 from image_preflight.cli import main
 from image_preflight.core.decide.inventory import Inventory, NodeImages
+from image_preflight.core.rows.judge import DROP_REASONS
 from image_preflight.scanner import filter_rows
-from image_preflight.scanner.judge import DROP_REASONS
 from tests.builders.nodes import kube_node, library_images
 from tests.builders.rows import SWE_TEMPLATE
 
@@ -763,8 +763,8 @@ def test_progress_knows_the_total_before_the_rows_are_done(work, suffix):
     import pyarrow.parquet as pq
 
     from image_preflight.core.decide.inventory import DEFAULT_MAX_IMAGES
+    from image_preflight.core.rows.judge import RowJudge, make_template
     from image_preflight.files.inventory import load_inventory_file
-    from image_preflight.scanner.judge import RowJudge, make_template
     from image_preflight.scanner.scan import scan
 
     rows = [{"instance_id": f"i{n}", "image_name": ("good", "lost", "other")[n % 3] + str(n % 700)}

@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from image_preflight.errors import UnavailableError
+from image_preflight.errors import BrokenLoopError, UnavailableError
 from image_preflight.service import BufferedStderrHandler, JsonLines, Stops, rfc3339, serve_metrics, until_signalled
 
 
@@ -105,4 +105,19 @@ def test_sigterm_stops_the_work_wakes_it_and_the_handlers_are_restored():
         return "stopped" if stop.is_set() else "not stopped"
 
     assert until_signalled(work, "test", wake=woken.set) == "stopped"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_loop_that_raises_is_a_broken_loop_error_in_one_line_its_traceback_logged(caplog):
+    before = signal.getsignal(signal.SIGTERM)
+
+    def work(stop: threading.Event) -> None:
+        raise ValueError("no such\nfield")  # one line all the same
+
+    with caplog.at_level(logging.ERROR, logger="image_preflight.service"), pytest.raises(BrokenLoopError) as raised:
+        until_signalled(work, "test")
+    assert str(raised.value) == "the test loop ended unexpectedly (ValueError: no such field; its traceback is logged)"
+    assert isinstance(raised.value.__cause__, ValueError)
+    (record,) = caplog.records
+    assert record.getMessage() == "the test loop failed" and record.exc_info[0] is ValueError
     assert signal.getsignal(signal.SIGTERM) is before

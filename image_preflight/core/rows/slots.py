@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -24,7 +24,7 @@ from image_preflight.core.decide.workloads import deciding_fields
 
 _MARKER = "image-preflight-slot-{}-5d1f"
 _SLOT_NAMES = frozenset({"input", "job_name"})
-Path = tuple  # tuple[str | int, ...]
+Path = tuple[str | int, ...]  # the keys from the row to one of its fields
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,8 @@ class SlotPlan:
     steering: tuple[Path, ...]  # fields read outside slots
 
 
-def plan_slots(env: jinja2.Environment, tree: nodes.Template, chains, parents) -> SlotPlan | None:
+def plan_slots(env: jinja2.Environment, tree: nodes.Template, chains: Sequence[tuple[Path, nodes.Node, nodes.Name]],
+               parents: dict[int, nodes.Node]) -> SlotPlan | None:
     """`chains`: [(path, outermost chain node, Name node)] of every `input` read."""
     found: list[tuple[tuple[int, int], nodes.Expr]] = []  # (output position, expression)
     for out_index, output in enumerate(tree.find_all(nodes.Output)):
@@ -57,7 +58,7 @@ def plan_slots(env: jinja2.Environment, tree: nodes.Template, chains, parents) -
         inside[id(expression)] = number
         for node in expression.find_all(nodes.Node):
             inside[id(node)] = number
-    slot_paths: list[set] = [set() for _ in found]
+    slot_paths: list[set[Path]] = [set() for _ in found]
     bare: list[Path | None] = [None] * len(found)
     steering: set[Path] = set()
     for path, top, name in chains:
@@ -81,7 +82,7 @@ def plan_slots(env: jinja2.Environment, tree: nodes.Template, chains, parents) -
     return SlotPlan(tuple(slots), env.from_string(shape_tree), tuple(sorted(steering, key=_order)))
 
 
-def _order(path: Path) -> tuple:
+def _order(path: Path) -> tuple[str, ...]:
     return tuple(map(str, path))
 
 
@@ -111,11 +112,11 @@ def _slot_expression(child: nodes.Node, env: jinja2.Environment) -> nodes.Expr |
 class Shape:
     """One rendering of the shape: the pod's decision fields, with markers where slots go."""
 
-    fields: dict  # the pod spec's deciding fields (workloads.deciding_fields)
+    fields: dict[str, Any]  # the pod spec's deciding fields (workloads.deciding_fields)
     deciding: frozenset[str]  # markers inside those fields
 
 
-def shape_of(text: str, spec: Mapping, job: Mapping, markers: list[str]) -> Shape | None:
+def shape_of(text: str, spec: Mapping[str, Any], job: Mapping[str, Any], markers: list[str]) -> Shape | None:
     """None unless every marker in `text` is a whole string value of `job` (never a key, a
     comment, or part of a longer string), so that any slot text substitutes exactly."""
     counts = dict.fromkeys(markers, 0)

@@ -5,10 +5,10 @@ import json
 import pytest
 import yaml
 
+from image_preflight.api import filter_rows
 from image_preflight.core.decide.inventory import Inventory, NodeImages
-from image_preflight.scanner import filter_rows
-from image_preflight.scanner.judge import INVALID, KEPT, MISSING_IMAGE, UNRENDERABLE, RowJudge, make_template
-from image_preflight.scanner.render import JobTemplate, RowError, TemplateError, yaml_escape
+from image_preflight.core.rows.judge import INVALID, KEPT, MISSING_IMAGE, UNRENDERABLE, RowJudge, make_template
+from image_preflight.core.rows.render import JobTemplate, RowError, TemplateError, yaml_escape
 from tests.builders.rows import SWE_TEMPLATE, controller_render, job_template
 
 NESTED_TEMPLATE = job_template("{{ input.extra_info.sandbox_overrides.docker_image | yaml_escape }}")

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Any
 
 from image_preflight.core.decide.decision import REQUIRE_ALL, Decision, ImageGroup, ImageStatus, Outcome, decide
 from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.decide.scheduling import SchedulingSpecError
 from image_preflight.core.decide.words import sandbox_clauses
 from image_preflight.core.decide.workloads import WorkloadError, pod_spec_of
-from image_preflight.scanner.render import (
+from image_preflight.core.rows.render import (
     MISSING,
     JobTemplate,
     RowError,
@@ -21,7 +22,7 @@ from image_preflight.scanner.render import (
     lookup,
     reach,
 )
-from image_preflight.scanner.slots import Shape, SlotPlan, shape_of, substitute, survives_yaml
+from image_preflight.core.rows.slots import Path, Shape, SlotPlan, shape_of, substitute, survives_yaml
 
 
 class RowReason(StrEnum):
@@ -38,6 +39,7 @@ class RowReason(StrEnum):
 
 KEPT, MISSING_IMAGE, UNKNOWN, UNRENDERABLE, INVALID, NO_ELIGIBLE_NODE, NO_SANDBOX = RowReason
 DROP_REASONS = tuple(reason for reason in RowReason if reason is not KEPT)
+Key = tuple[object, ...]  # what rows sharing a verdict (or a rendered shape) have alike
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +66,7 @@ class RowJudge:
     """Judges rows against one template and inventory, sharing work between rows.
 
     Rows that agree on the fields the verdict can depend on share one verdict. With slots (see
-    scanner.slots) those are the steering fields and the slots' fields, except that a slot
+    core.rows.slots) those are the steering fields and the slots' fields, except that a slot
     printing a bare field outside the pod's image and scheduling fields only needs the field to
     be there; the Job's shape is rendered once per steering values and each slot evaluated on its
     own. Without slots every field the template reads counts, and each key gets a full render.
@@ -85,12 +87,12 @@ class RowJudge:
         self.keep_unknown = keep_unknown
         self.now = now
         self.plan = template.plan
-        self._shapes: dict[tuple, Shape | None] = {}
-        self._shared: dict[tuple, RowVerdict | None] = {}  # None: judge each row on its own
-        self._exact: dict[tuple, RowVerdict] = {}
+        self._shapes: dict[Key, Shape | None] = {}
+        self._shared: dict[Key, RowVerdict | None] = {}  # None: judge each row on its own
+        self._exact: dict[Key, RowVerdict] = {}
         self.value_paths, self.presence_paths = self._key_paths()
 
-    def _key_paths(self) -> tuple[tuple | None, tuple]:
+    def _key_paths(self) -> tuple[tuple[Path, ...] | None, tuple[Path, ...]]:
         """(fields keyed by value, fields keyed by presence only)."""
         if self.plan is None:
             return self.template.paths, ()
@@ -111,7 +113,7 @@ class RowJudge:
         """Verdicts worked out: each a full render, or slot texts on a shared shape."""
         return len(self._shared) + len(self._exact)
 
-    def _key(self, row: Mapping) -> tuple:
+    def _key(self, row: Mapping[str, Any]) -> Key:
         if self.value_paths is None:
             return (_freeze(row),)
         # How far each path goes matters as much as the value: `input.a.b` is Undefined when `a`
@@ -119,11 +121,11 @@ class RowJudge:
         values = tuple((depth, _freeze(value)) for depth, value in (reach(row, p) for p in self.value_paths))
         return values + tuple(_presence(reach(row, p), len(p)) for p in self.presence_paths)
 
-    def shared_verdict(self, row: Mapping, key: tuple | None = None) -> RowVerdict | None:
+    def shared_verdict(self, row: Mapping[str, Any], key: Key | None = None) -> RowVerdict | None:
         """The verdict for every row with this key, or None when each needs its own render."""
         return self._shared_verdict(as_sent(row), key)
 
-    def _shared_verdict(self, row: Mapping, key: tuple | None) -> RowVerdict | None:
+    def _shared_verdict(self, row: Mapping[str, Any], key: Key | None) -> RowVerdict | None:
         # `row` as sent (see as_sent): converted once per row, not once per step.
         key = self._key(row) if key is None else key
         if key not in self._shared:
@@ -131,7 +133,7 @@ class RowJudge:
                                  else self._judge_uncached(row))
         return self._shared[key]
 
-    def judge(self, row: Mapping, key: tuple | None = None) -> RowVerdict:
+    def judge(self, row: Mapping[str, Any], key: Key | None = None) -> RowVerdict:
         row = as_sent(row)
         key = self._key(row) if key is None else key
         verdict = self._shared_verdict(row, key)
@@ -143,7 +145,7 @@ class RowJudge:
             verdict = self._exact[exact] = self._judge_uncached(row)
         return verdict
 
-    def _shape(self, row: Mapping, plan: SlotPlan) -> Shape | None:
+    def _shape(self, row: Mapping[str, Any], plan: SlotPlan) -> Shape | None:
         key = tuple((d, _freeze(v)) for d, v in (reach(row, p) for p in plan.steering))
         if key not in self._shapes:
             try:
@@ -159,11 +161,11 @@ class RowJudge:
                 self._shapes[key] = shape_of(text, spec, job, [s.marker for s in plan.slots])
         return self._shapes[key]
 
-    def _deciding_markers(self, row: Mapping, plan: SlotPlan) -> frozenset[str] | None:
+    def _deciding_markers(self, row: Mapping[str, Any], plan: SlotPlan) -> frozenset[str] | None:
         shape = self._shape(row, plan)
         return None if shape is None else shape.deciding
 
-    def _judge_by_slots(self, row: Mapping, plan: SlotPlan) -> RowVerdict | None:
+    def _judge_by_slots(self, row: Mapping[str, Any], plan: SlotPlan) -> RowVerdict | None:
         shape = self._shape(row, plan)
         if shape is None:
             return None
@@ -187,7 +189,7 @@ class RowJudge:
             missing_fields += missing
         return self._decide(substitute(shape.fields, texts), tuple(dict.fromkeys(missing_fields)))
 
-    def _judge_uncached(self, row: Mapping) -> RowVerdict:
+    def _judge_uncached(self, row: Mapping[str, Any]) -> RowVerdict:
         try:
             job, missing_fields = self.template.render_job(row)
             spec = pod_spec_of(job)
@@ -195,7 +197,7 @@ class RowJudge:
             return RowVerdict(UNRENDERABLE, detail=str(exc))
         return self._decide(spec, missing_fields)
 
-    def _decide(self, spec: Mapping, missing_fields: tuple[str, ...] = ()) -> RowVerdict:
+    def _decide(self, spec: Mapping[str, Any], missing_fields: tuple[str, ...] = ()) -> RowVerdict:
         try:
             decision = decide(spec, self.inventory, require=self.require, now=self.now)
         except (WorkloadError, SchedulingSpecError) as exc:

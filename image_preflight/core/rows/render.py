@@ -12,7 +12,7 @@ import contextvars
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, overload
 
 import jinja2
@@ -21,8 +21,8 @@ from jinja2 import nodes
 from jinja2.utils import missing as _NO_PARENT
 
 from image_preflight.core.decide.workloads import WorkloadError, deciding_fields, pod_spec_of
+from image_preflight.core.rows.slots import Path, Slot, plan_slots
 from image_preflight.errors import InputError
-from image_preflight.scanner.slots import plan_slots
 
 JOB_NAME = "image-preflight-scan"  # job names never reach an image; one constant keeps renders cacheable
 _printed_undefined: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("printed_undefined", default=None)
@@ -113,7 +113,7 @@ def image_template(expression: str) -> str:
 
 def _image_line(expression: str) -> str:
     # 'text{{ a }}more' as one escaped expression ("text" ~ (a) ~ "more"), so the image is a
-    # slot (scanner.slots) rendered per image rather than per row; anything fancier is captured.
+    # slot (core.rows.slots) rendered per image rather than per row; anything fancier is captured.
     parts = re.split(r"{{(.*?)}}", expression)
     if "{%" in expression or "{#" in expression or len(parts) == 1:
         return "{% set image %}" + expression + "{% endset %}        image: {{ image | yaml_escape }}\n"
@@ -142,11 +142,11 @@ class JobTemplate:
             parents = _parents(tree)
             self.plan = plan_slots(env, tree, list(_input_chains(tree, parents)), parents)
 
-    def render(self, row: Mapping) -> dict:
+    def render(self, row: Mapping[str, Any]) -> dict[str, Any]:
         """The Job for `row`; RowError names a field the row lacks or what went wrong."""
         return self.render_job(row)[0]
 
-    def render_job(self, row: Mapping) -> tuple[dict, tuple[str, ...]]:
+    def render_job(self, row: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
         """(the Job for `row`, the fields it lacks that were printed as empty text).
 
         agent-lightning's controller prints a missing field as "" and the Job runs; that only
@@ -159,20 +159,20 @@ class JobTemplate:
             raise RowError(f"field {self._field_path(row, missing[0])}: missing")
         return job, tuple(self._field_path(row, name) for name in dict.fromkeys(missing))
 
-    def render_shape(self, row: Mapping) -> tuple[str, list[str]]:
-        """The text with every slot printing its marker (see scanner.slots), and the missing
+    def render_shape(self, row: Mapping[str, Any]) -> tuple[str, list[str]]:
+        """The text with every slot printing its marker (see core.rows.slots), and the missing
         fields printed outside the slots."""
         if self.plan is None:
             raise TypeError(f"{self.name}: no slots, so no shape to render")  # RowJudge asks only with slots
         return self._render(self.plan.shape, row)
 
-    def render_slot(self, slot, row: Mapping) -> tuple[str, tuple[str, ...]]:
+    def render_slot(self, slot: Slot, row: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
         """The text a slot's expression gives for `row`, before yaml_escape quotes it, and the
         missing fields it printed (as dotted paths)."""
         text, missing = self._render(slot.expression, row)
         return text, tuple(self._field_path(row, name) for name in dict.fromkeys(missing))
 
-    def _reaches_decision(self, row: Mapping) -> bool:
+    def _reaches_decision(self, row: Mapping[str, Any]) -> bool:
         """Whether a missing printed field lands in the pod's decision fields: rendered again
         with a marker in its place. A marked text that no longer reads as a Job counts as yes."""
         token = _marking.set(True)
@@ -186,7 +186,7 @@ class JobTemplate:
             return True
         return _UNDEFINED_MARKER in json.dumps(deciding_fields(spec), default=str)
 
-    def _render(self, template: jinja2.Template, row: Mapping) -> tuple[str, list[str]]:
+    def _render(self, template: jinja2.Template, row: Mapping[str, Any]) -> tuple[str, list[str]]:
         noticed: list[str] = []
         token = _printed_undefined.set(noticed)
         try:
@@ -202,7 +202,7 @@ class JobTemplate:
             _printed_undefined.reset(token)
         return text, noticed
 
-    def load(self, text: str) -> dict:
+    def load(self, text: str) -> dict[str, Any]:
         try:
             documents = _load_all(text)
         except yaml.YAMLError as exc:
@@ -215,11 +215,11 @@ class JobTemplate:
             raise JobShapeError(f"renders kind {kind!r}, not Job")
         return job
 
-    def probe_row(self) -> dict:
+    def probe_row(self) -> dict[str, Any]:
         """A row holding a plausible value at every path the template reads."""
-        row: dict = {}
+        row: dict[str, Any] = {}
         for path in self.paths or ():
-            node = row
+            node: dict[Any, Any] = row  # a path may index a list by number: its keys are not all text
             for key in path[:-1]:
                 node = node.setdefault(key, {}) if isinstance(node, dict) else {}
             if isinstance(node, dict) and path:
@@ -235,13 +235,13 @@ class JobTemplate:
         except RowError:
             return  # a missing field or a value of the wrong type: depends on the row, judged per row
 
-    def _field_path(self, row: Mapping, name: str) -> str:
+    def _field_path(self, row: Mapping[str, Any], name: str) -> str:
         for path in self.paths or ():
             if path and path[-1] == name and lookup(row, path) is MISSING:
                 return _dotted(path)
         return f"input.{name}" if self.paths is not None else name
 
-    def _missing_parent(self, row: Mapping) -> str | None:
+    def _missing_parent(self, row: Mapping[str, Any]) -> str | None:
         """'field input.a.b: missing' for the first read field whose parent is absent or null."""
         for path in self.paths or ():
             depth, value = reach(row, path)
@@ -251,7 +251,7 @@ class JobTemplate:
         return None
 
 
-def _load_all(text: str) -> list:
+def _load_all(text: str) -> list[Any]:
     """yaml.safe_load_all, as the controller calls it, without its empty documents.
 
     libyaml (CSafeLoader) builds the same documents eight times faster; where it objects, the
@@ -317,7 +317,8 @@ def _parents(tree: nodes.Template) -> dict[int, nodes.Node]:
     return parents
 
 
-def _input_chains(tree: nodes.Template, parents: dict[int, nodes.Node]):
+def _input_chains(tree: nodes.Template,
+                  parents: dict[int, nodes.Node]) -> Iterator[tuple[Path, nodes.Node, nodes.Name]]:
     """(path, outermost node of the chain, the `input` Name) for every read of `input`; path ()
     when the row itself is used."""
     for name in tree.find_all(nodes.Name):

@@ -13,14 +13,24 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
+from image_preflight.core.doctor.findings import AGENT_APPLY, OK, PROBLEM, SKIPPED, Finding, helm_upgrade
 from image_preflight.core.image_gc import pinning
 from image_preflight.core.sources.runtime_lists import node_images_from_runtime
-from image_preflight.doctor.findings import AGENT_APPLY, OK, PROBLEM, SKIPPED, Finding, helm_upgrade
 
-if TYPE_CHECKING:
-    from image_preflight.kube.cluster_inventory import KubeletUnread
+
+class KubeletUnread(Protocol):
+    """A kubelet endpoint the node proxy did not answer, as the shell that read it tells it
+    (image_preflight.kube.cluster_inventory.KubeletUnread): the HTTP status (None: no answer, or
+    not JSON) and one line of why."""
+
+    @property
+    def status(self) -> int | None: ...
+
+    @property
+    def why(self) -> str: ...
+
 
 # A node this many points under the high threshold is one long run's pulls away from it.
 NEAR_POINTS = 10
@@ -64,7 +74,7 @@ class GCPolicy:
                 f"imageMinimumGCAge {self.min_age}, imageMaximumGCAge {self.max_age}")
 
 
-def gc_policy(config: Mapping) -> GCPolicy:
+def gc_policy(config: Mapping[str, Any]) -> GCPolicy:
     """From configz `kubeletconfig`; ValueError naming a field that is not what the kubelet writes."""
     high, low = _percent(config, "imageGCHighThresholdPercent", 85), _percent(config, "imageGCLowThresholdPercent", 80)
     min_age = _duration_text(config, "imageMinimumGCAge", "2m0s")
@@ -72,14 +82,14 @@ def gc_policy(config: Mapping) -> GCPolicy:
     return GCPolicy(high, low, min_age, max_age, go_duration(max_age))
 
 
-def _percent(config: Mapping, field: str, default: int) -> int:
+def _percent(config: Mapping[str, Any], field: str, default: int) -> int:
     value = config.get(field, default)
     if not isinstance(value, int) or isinstance(value, bool):
         raise ValueError(f"configz {field}: {value!r} is not an integer")
     return value
 
 
-def _duration_text(config: Mapping, field: str, default: str) -> str:
+def _duration_text(config: Mapping[str, Any], field: str, default: str) -> str:
     value = config.get(field, default)
     if not isinstance(value, str):
         raise ValueError(f"configz {field}: {value!r} is not a duration")
@@ -112,7 +122,7 @@ def go_duration(text: str) -> float:
     return -seconds if text.startswith("-") else seconds
 
 
-def image_fs_use(summary: Mapping) -> int:
+def image_fs_use(summary: Mapping[str, Any]) -> int:
     """The image filesystem's use in percent, as the kubelet's GC computes it
     (pkg/kubelet/images/image_gc_manager.go, GarbageCollect): absent fields read 0, available is
     capped at capacity, `usagePercent := 100 - int(available*100/capacity)` in integer division.
@@ -127,7 +137,7 @@ def image_fs_use(summary: Mapping) -> int:
     return 100 - min(available, capacity) * 100 // capacity
 
 
-def _bytes(image_fs: Mapping, field: str) -> int:
+def _bytes(image_fs: Mapping[str, Any], field: str) -> int:
     value = image_fs.get(field) or 0
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValueError(f"stats/summary imageFs.{field}: {value!r} is not a byte count")
@@ -139,7 +149,7 @@ class Pins:
     """What a node's agent reports of the needed images there (NodeImages spec.images and spec.pinning)."""
 
     reported: bool  # a readable NodeImages object exists for the node
-    pinning: Mapping | None = None  # spec.pinning; None: pinning is not enabled on that agent
+    pinning: Mapping[str, Any] | None = None  # spec.pinning; None: pinning is not enabled on that agent
     held: int | None = None  # needed images held there; None: no needed list, or no report
     unpinned: tuple[str, ...] | None = None  # of those, the ones not pinned; None: not known
 
@@ -154,7 +164,7 @@ class Pins:
         return f", among them {_count(self.unpinned)} not pinned ({_shown(self.unpinned)})" if self.unpinned else ""
 
 
-def node_pins(obj: Mapping | None, needed: pinning.NeededImages | None) -> Pins:
+def node_pins(obj: Mapping[str, Any] | None, needed: pinning.NeededImages | None) -> Pins:
     """`obj`: the node's NodeImages object, None when it has none (or none readable)."""
     if obj is None:
         return Pins(False)
@@ -177,7 +187,7 @@ def _shown(keys: Sequence[str]) -> str:
     return ", ".join(keys[:SHOWN]) + (f" and {more} more" if more > 0 else "")
 
 
-def by_node(published: Sequence[Mapping]) -> dict[str, Mapping]:
+def by_node(published: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
     """The readable NodeImages objects by node (node_lists names the unreadable ones)."""
     found = {}
     for obj in published:
@@ -188,14 +198,15 @@ def by_node(published: Sequence[Mapping]) -> dict[str, Mapping]:
     return found
 
 
-def gc_nodes(nodes: Sequence[Mapping], reported: Mapping[str, Mapping], eligible: Sequence[str]) -> list[str]:
+def gc_nodes(nodes: Sequence[Mapping[str, Any]], reported: Mapping[str, Mapping[str, Any]],
+             eligible: Sequence[str]) -> list[str]:
     """The nodes whose image GC matters: those running the agent and those rollout pods may land
     on, in the nodes' order. A GPU node that takes no rollouts and runs no agent is left out."""
     wanted = set(reported) | set(eligible)
     return [name for name in ((n.get("metadata") or {}).get("name") for n in nodes) if name in wanted]
 
 
-def needed_list(data: Mapping | None) -> tuple[list[Finding], pinning.NeededImages | None]:
+def needed_list(data: Mapping[str, Any] | None) -> tuple[list[Finding], pinning.NeededImages | None]:
     """The needed-images ConfigMap's `data`, None when the ConfigMap does not exist."""
     where = pinning.NEEDED_CONFIGMAP
     if data is None:
@@ -210,8 +221,8 @@ def needed_list(data: Mapping | None) -> tuple[list[Finding], pinning.NeededImag
     return found, needed
 
 
-def image_gc(names: Sequence[str], configs: Mapping[str, Mapping | KubeletUnread],
-             summaries: Mapping[str, Mapping | KubeletUnread], reported: Mapping[str, Mapping],
+def image_gc(names: Sequence[str], configs: Mapping[str, Mapping[str, Any] | KubeletUnread],
+             summaries: Mapping[str, Mapping[str, Any] | KubeletUnread], reported: Mapping[str, Mapping[str, Any]],
              needed: pinning.NeededImages | None) -> list[Finding]:
     """Per node in `names`: its runtime's pinning, its needed images left unpinned, its image
     filesystem's use against the GC threshold and its maximum age. `configs`: configz
@@ -248,8 +259,8 @@ def pinned(name: str, pins: Pins, listed: bool) -> list[Finding]:
     return [Finding(OK, f"node {name}: the {pins.held} needed image(s) it holds are pinned")]
 
 
-def kubelet_gc(name: str, config: Mapping | KubeletUnread | None, summary: Mapping | KubeletUnread | None,
-               pins: Pins) -> list[Finding]:
+def kubelet_gc(name: str, config: Mapping[str, Any] | KubeletUnread | None,
+               summary: Mapping[str, Any] | KubeletUnread | None, pins: Pins) -> list[Finding]:
     """The node's image GC settings and its image filesystem's use against them."""
     if not isinstance(config, Mapping):
         return [_unread(name, "its kubelet's image GC settings and disk use (configz", config)]
@@ -265,7 +276,7 @@ def kubelet_gc(name: str, config: Mapping | KubeletUnread | None, summary: Mappi
     return found
 
 
-def disk(name: str, policy: GCPolicy, summary: Mapping | KubeletUnread | None, pins: Pins) -> Finding:
+def disk(name: str, policy: GCPolicy, summary: Mapping[str, Any] | KubeletUnread | None, pins: Pins) -> Finding:
     if not isinstance(summary, Mapping):
         return _unread(name, f"its image filesystem's use ({policy.text()}; stats/summary", summary)
     try:

@@ -1,24 +1,21 @@
 """Rows to verdicts, one way: every row of a dataset judged (or each group of rows sharing their
 template inputs, judged once), and what that gives: which rows stay, the dropped ones and those
 kept unconfirmed with their verdicts, the fields kept rows lack, the images kept rows need. The
-scan, the Python API and agent_lightning.filter_datasets all judge rows here.
+scan, the Python API (image_preflight.api) and agent_lightning.filter_datasets all judge rows here.
 """
 
 from __future__ import annotations
 
-import inspect
-import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
-from image_preflight.core.decide.decision import REQUIRE_ALL
-from image_preflight.core.decide.inventory import Inventory
 from image_preflight.core.image_gc.pinning import needed_text
-from image_preflight.scanner.judge import RowJudge, RowVerdict, make_template
-from image_preflight.scanner.records import RowRecords
+from image_preflight.core.rows.judge import RowJudge, RowVerdict
+from image_preflight.core.rows.records import RowRecords
 
 
 @dataclass(slots=True)
@@ -26,7 +23,7 @@ class JudgedRows:
     keep: np.ndarray  # one flag per row
     dropped: RowRecords
     unconfirmed: RowRecords  # kept under keep_unknown though no list confirms their images
-    lacking: Counter  # kept rows lacking a field the Job prints only as text, by field
+    lacking: Counter[str]  # kept rows lacking a field the Job prints only as text, by field
     needed: set[str]  # the images the kept rows ask the nodes for (RowVerdict.needed)
 
 
@@ -38,7 +35,7 @@ def judged(file: str, verdicts: Sequence[RowVerdict], group_of_row: np.ndarray) 
     dropped_at = np.flatnonzero(~keep)
     unconfirmed_at = np.flatnonzero(unconfirmed[group_of_row])
     sizes = np.bincount(group_of_row, minlength=len(verdicts))
-    lacking: Counter = Counter()
+    lacking: Counter[str] = Counter()
     needed: set[str] = set()
     for verdict, rows in zip(verdicts, sizes):
         if rows and verdict.kept:
@@ -46,6 +43,11 @@ def judged(file: str, verdicts: Sequence[RowVerdict], group_of_row: np.ndarray) 
             needed.update(verdict.needed)
     return JudgedRows(keep, RowRecords(file, dropped_at, group_of_row[dropped_at], list(verdicts)),
                       RowRecords(file, unconfirmed_at, group_of_row[unconfirmed_at], list(verdicts)), lacking, needed)
+
+
+class Progress(Protocol):
+    def advance(self, rows: int) -> None:
+        """`rows` more rows judged."""
 
 
 class Groups:
@@ -63,8 +65,9 @@ class Groups:
         return code
 
 
-def verdict_codes(rows: Iterable[Mapping], judge: RowJudge, groups: Groups, *, progress=None) -> np.ndarray:
-    """Each row's verdict, as its group in `groups`. `progress`: told every 1,024 rows (scan.Progress)."""
+def verdict_codes(rows: Iterable[Mapping[str, Any]], judge: RowJudge, groups: Groups, *,
+                  progress: Progress | None = None) -> np.ndarray:
+    """Each row's verdict, as its group in `groups`. `progress`: told every 1,024 rows."""
     codes = []
     for index, row in enumerate(rows):
         codes.append(groups.code(judge.judge(row)))
@@ -75,7 +78,8 @@ def verdict_codes(rows: Iterable[Mapping], judge: RowJudge, groups: Groups, *, p
     return np.asarray(codes, dtype=np.int64)
 
 
-def judge_each(rows: Iterable[Mapping], judge: RowJudge, file: str = "", *, progress=None) -> JudgedRows:
+def judge_each(rows: Iterable[Mapping[str, Any]], judge: RowJudge, file: str = "", *,
+               progress: Progress | None = None) -> JudgedRows:
     """Every row judged on its own (rows with alike inputs still share the judge's work)."""
     groups = Groups()
     codes = verdict_codes(rows, judge, groups, progress=progress)
@@ -84,29 +88,16 @@ def judge_each(rows: Iterable[Mapping], judge: RowJudge, file: str = "", *, prog
 
 @dataclass(frozen=True, slots=True)
 class Filtered:
-    """judge_rows' answer."""
+    """image_preflight.judge_rows' answer."""
 
-    kept: list[Mapping]  # the rows whose rollout Job finds its images, in order
-    dropped: list[tuple[int, Mapping, RowVerdict]]  # (index from 0, row, why)
-    unconfirmed: list[tuple[int, Mapping, RowVerdict]]  # kept under keep_unknown, unconfirmed
+    kept: list[Mapping[str, Any]]  # the rows whose rollout Job finds its images, in order
+    dropped: list[tuple[int, Mapping[str, Any], RowVerdict]]  # (index from 0, row, why)
+    unconfirmed: list[tuple[int, Mapping[str, Any], RowVerdict]]  # kept under keep_unknown, unconfirmed
     needed: list[str]  # the kept rows' images, as `scan --needed-images` writes them
 
 
-def judge_rows(rows: Iterable[Mapping], *, template: str | None = None, image: str | None = None,
-               inventory: Inventory, require: str = REQUIRE_ALL, keep_unknown: bool = False,
-               now: float | None = None) -> Filtered:
-    """Render the rollout Job for every row, as agent-lightning renders it, and judge its images
-    against `inventory`: the kept rows, the dropped ones with their verdicts (and with `keep_unknown`
-    those kept unconfirmed), and the images the kept rows need, in one pass.
-
-    `template` is the Job template text, or `image` a one-container shortcut such as
-    '{{ input.image_name }}:openai'. `require`: "all" (every eligible node holds the images), "any"
-    or "one-node". Leases of the node agents' lists are judged at `now` (default: the current time).
-    Raises TemplateError (a ValueError) when the template cannot yield a Job at all."""
-    job_template = make_template(template, image)
-    job_template.check()
-    judge = RowJudge(job_template, inventory, require=require, keep_unknown=keep_unknown,
-                     now=time.time() if now is None else now)
+def filtered(rows: Iterable[Mapping[str, Any]], judge: RowJudge) -> Filtered:
+    """Every row judged by `judge`, and what stays of them: image_preflight.judge_rows' answer."""
     rows = rows if isinstance(rows, Sequence) else list(rows)
     result = judge_each(rows, judge)
     return Filtered(
@@ -115,24 +106,3 @@ def judge_rows(rows: Iterable[Mapping], *, template: str | None = None, image: s
         unconfirmed=[(record.row, rows[record.row], record.verdict) for record in result.unconfirmed],
         needed=needed_text(result.needed).splitlines(),
     )
-
-
-def filter_rows(rows: Iterable[Mapping], **rules) -> tuple[list[Mapping], list[tuple[int, Mapping, RowVerdict]]]:
-    """judge_rows(rows, **rules)'s kept rows and [(index, row, RowVerdict), ...], each index
-    counted from 0 as `image-preflight scan` numbers rows."""
-    result = judge_rows(rows, **rules)
-    return result.kept, result.dropped
-
-
-def needed_images(rows: Iterable[Mapping], **rules) -> list[str]:
-    """judge_rows(rows, **rules)'s needed list: the IfNotPresent/Never images of the kept rows'
-    Jobs, each as the runtime names it ('docker.io/library/foo:openai'), sorted: the lines of
-    `image-preflight scan --needed-images`, for the node agent to pin (docs/agent.md)."""
-    return judge_rows(rows, **rules).needed
-
-
-# help() shows judge_rows' keywords on its two views: they are defined once, there.
-for _view, _returns in ((filter_rows, "tuple[list[Mapping], list[tuple[int, Mapping, RowVerdict]]]"),
-                        (needed_images, "list[str]")):
-    setattr(_view, "__signature__", inspect.signature(judge_rows).replace(return_annotation=_returns))
-del _view, _returns

@@ -8,9 +8,10 @@ import binascii
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from image_preflight.core import write_policies
-from image_preflight.core.decide.inventory import CLOCK_SKEW_S
+from image_preflight.core.decide.inventory import CLOCK_SKEW_S, NodeImages
 from image_preflight.core.decide.scheduling import NodeTraits, PodPlacement, as_admitted, unschedulable_reason
 from image_preflight.core.image_gc import pinning
 from image_preflight.core.sources.node_status import node_images_from_node
@@ -78,7 +79,7 @@ class WebhookTarget:
     service: str
     port: int
     ca_bundle: bytes  # PEM; empty when not set
-    namespace_selector: Mapping
+    namespace_selector: Mapping[str, Any]
     failure_policy: str
 
     @property
@@ -87,7 +88,7 @@ class WebhookTarget:
         return f"{self.service}.{self.namespace}.svc"
 
 
-def webhook_configuration(configurations: Sequence[Mapping]) -> tuple[list[Finding], WebhookTarget | None]:
+def webhook_configuration(configurations: Sequence[Mapping[str, Any]]) -> tuple[list[Finding], WebhookTarget | None]:
     for configuration in configurations:
         for webhook in configuration.get("webhooks") or ():
             if webhook.get("name") != WEBHOOK_NAME:
@@ -127,7 +128,8 @@ def webhook_configuration(configurations: Sequence[Mapping]) -> tuple[list[Findi
                     INSTALL)], None
 
 
-def write_policy(face: WritePolicy, installed: bool | None, read: tuple[Mapping | None, Mapping | None] | str,
+def write_policy(face: WritePolicy, installed: bool | None,
+                 read: tuple[Mapping[str, Any] | None, Mapping[str, Any] | None] | str,
                  namespace: str) -> list[Finding]:
     """`installed`: whether the face's ClusterRole exists (None: not readable); `read`: its policy
     and binding (None where absent), or why they could not be read; `namespace`: the release's."""
@@ -152,7 +154,7 @@ _IMAGE_WAITS = frozenset({"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull
 
 
 def deployment(target: WebhookTarget, ready_endpoints: int | None, replicas: tuple[int, int] | None,
-               replica_pods: Sequence[Mapping] = ()) -> list[Finding]:
+               replica_pods: Sequence[Mapping[str, Any]] = ()) -> list[Finding]:
     """`ready_endpoints`: ready addresses behind the Service (None: not readable); `replicas`:
     the Deployment's (ready, desired), None when absent or unreadable; `replica_pods`: its Pods, each
     not-ready one named with what its containers wait for."""
@@ -174,7 +176,7 @@ def deployment(target: WebhookTarget, ready_endpoints: int | None, replicas: tup
     return found
 
 
-def _waiting_replica(pod: Mapping) -> Finding | None:
+def _waiting_replica(pod: Mapping[str, Any]) -> Finding | None:
     metadata, spec, status = pod.get("metadata") or {}, pod.get("spec") or {}, pod.get("status") or {}
     if metadata.get("deletionTimestamp") or any(
             c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ()):
@@ -217,7 +219,7 @@ def served_certificate(target: WebhookTarget, outcome: tuple[str, str], not_afte
     return Finding(OK, f"the caBundle verifies the certificate served at {detail} for {target.server_name}")
 
 
-def selects(selector: Mapping, labels: Mapping[str, str]) -> bool:
+def selects(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     """metav1.LabelSelector against labels (matchLabels and the four operators)."""
     for key, value in (selector.get("matchLabels") or {}).items():
         if labels.get(key) != value:
@@ -236,18 +238,18 @@ def selects(selector: Mapping, labels: Mapping[str, str]) -> bool:
     return True
 
 
-def _labels(namespace: Mapping) -> dict:
+def _labels(namespace: Mapping[str, Any]) -> dict[str, Any]:
     metadata = namespace.get("metadata") or {}
     # The apiserver sets this label on every namespace; a selector may use it.
     return {**(metadata.get("labels") or {}), "kubernetes.io/metadata.name": metadata.get("name", "")}
 
 
-def opted_in(namespaces: Sequence[Mapping], target: WebhookTarget) -> list[str]:
+def opted_in(namespaces: Sequence[Mapping[str, Any]], target: WebhookTarget) -> list[str]:
     return sorted((n.get("metadata") or {}).get("name", "") for n in namespaces
                   if selects(target.namespace_selector, _labels(n)))
 
 
-def namespaces(namespaces: Sequence[Mapping], target: WebhookTarget, rollouts: str) -> list[Finding]:
+def namespaces(namespaces: Sequence[Mapping[str, Any]], target: WebhookTarget, rollouts: str) -> list[Finding]:
     """`rollouts`: the namespace agent-lightning creates its Jobs in (AGL_NAMESPACE)."""
     chosen = opted_in(namespaces, target)
     shown = ", ".join(chosen[:10]) + (f" and {len(chosen) - 10} more" if len(chosen) > 10 else "")
@@ -284,8 +286,8 @@ def probe(outcome: tuple[str, str], namespace: str | None) -> Finding:
     return Finding(SKIPPED, f"the end-to-end check in {namespace}: {detail}")
 
 
-def node_lists(nodes: Sequence[Mapping], published: Sequence[Mapping], caps: Mapping[str, int],
-               max_images: int | None, now: float, leases: Sequence[Mapping] = ()) -> list[Finding]:
+def node_lists(nodes: Sequence[Mapping[str, Any]], published: Sequence[Mapping[str, Any]], caps: Mapping[str, int],
+               max_images: int | None, now: float, leases: Sequence[Mapping[str, Any]] = ()) -> list[Finding]:
     """One finding per node: how much its image list proves. `caps`: the kubelets' own
     nodeStatusMaxImages (configz); `max_images`: what is assumed elsewhere; `leases`: the agents'
     Leases, which renew hashed lists."""
@@ -388,7 +390,8 @@ def sandbox_image(node: str, image: str) -> Finding:
                    f"{PINNED_LABEL} so that image garbage collection keeps it")
 
 
-def _node_list(node: Mapping, name: str, agent, cap: int | None, max_images: int | None, now: float) -> Finding:
+def _node_list(node: Mapping[str, Any], name: str, agent: NodeImages | None, cap: int | None, max_images: int | None,
+               now: float) -> Finding:
     """A node whose agent's list does not prove all: what its Node status does prove."""
     stale = ""
     if agent is not None and agent.observed_at is not None and agent.observed_at - CLOCK_SKEW_S > now:
@@ -427,7 +430,7 @@ def _node_list(node: Mapping, name: str, agent, cap: int | None, max_images: int
     return Finding(OK, f"node {name}: complete list in node status ({count} images, {cap_text}, {source})")
 
 
-def landing(nodes: Sequence[Mapping], node_selector: Mapping[str, str]) -> list[Finding]:
+def landing(nodes: Sequence[Mapping[str, Any]], node_selector: Mapping[str, str]) -> list[Finding]:
     """Where a rollout pod may land. agent-lightning's template has no nodeSelector and no
     tolerations, so every untainted, schedulable node takes rollouts, GPU nodes too."""
     eligible = eligible_nodes(nodes, node_selector)
@@ -443,18 +446,18 @@ def landing(nodes: Sequence[Mapping], node_selector: Mapping[str, str]) -> list[
     return [Finding(OK, f"rollout pods may land on {len(eligible)} node(s): {shown}"), *found]
 
 
-def eligible_nodes(nodes: Sequence[Mapping], node_selector: Mapping[str, str]) -> list[str]:
+def eligible_nodes(nodes: Sequence[Mapping[str, Any]], node_selector: Mapping[str, str]) -> list[str]:
     """The names of the nodes a rollout pod may land on, in the nodes' order."""
     placement = as_admitted(PodPlacement(node_selector=dict(node_selector)))
     return [traits.name for traits in map(NodeTraits.from_node, nodes)
             if unschedulable_reason(placement, traits) is None]
 
 
-def _names(nodes: Sequence[Mapping]) -> list[str]:
+def _names(nodes: Sequence[Mapping[str, Any]]) -> list[str]:
     return [(node.get("metadata") or {}).get("name", "") for node in nodes]
 
 
-def _is_gpu(node: Mapping) -> bool:
+def _is_gpu(node: Mapping[str, Any]) -> bool:
     status = node.get("status") or {}
     for field in ("capacity", "allocatable"):
         amount = (status.get(field) or {}).get(GPU_RESOURCE)

@@ -6,8 +6,8 @@ import pytest
 
 from image_preflight.core.decide.inventory import Inventory, NodeImages
 from image_preflight.core.decide.scheduling import NodeTraits
-from image_preflight.scanner.judge import KEPT, MISSING_IMAGE, UNRENDERABLE, RowJudge
-from image_preflight.scanner.render import JobTemplate
+from image_preflight.core.rows.judge import KEPT, MISSING_IMAGE, UNRENDERABLE, RowJudge
+from image_preflight.core.rows.render import JobTemplate
 
 HEADER = """apiVersion: batch/v1
 kind: Job
