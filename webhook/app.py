@@ -8,13 +8,13 @@ import json
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import cast
 
 import orjson
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from image_preflight.core.admission.answers import Answer, internal_error, refusal
 from image_preflight.core.admission.body import BadReview, parse_review
@@ -224,7 +224,10 @@ def create_app(state: WebhookState) -> _AdmissionFirst:
         endpoints["/mutate"] = AdmissionEndpoint(state, steer)
     app = FastAPI(title="image-preflight", docs_url=None, redoc_url=None, openapi_url=None)
     for path, endpoint in endpoints.items():
-        app.router.routes.append(Route(path, endpoint, methods=["POST"]))
+        # Another method on an admission path reaches FastAPI, whose route for it answers 405.
+        # Starlette's Route takes an ASGI app as its endpoint; add_route's annotation names only
+        # the request-function form.
+        app.add_route(path, cast("Callable[[Request], Awaitable[Response]]", endpoint), methods=["POST"])
 
     @app.get("/healthz")
     async def healthz() -> Response:

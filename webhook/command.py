@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import ssl
+import threading
 import time
 from collections.abc import Iterator
 
@@ -36,25 +38,41 @@ class WebhookServer(uvicorn.Server):
         self.tls = tls
         self.background = background
 
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        # uvicorn (server.py, Server.capture_signals) raises the SIGTERM or SIGINT it caught once
-        # more after serving, so that its default action ends the process: run()'s stop_background
-        # would never run, nor the last log lines ("Finished server process") leave the buffer.
-        with super().capture_signals():
-            yield
-            self._captured_signals.clear()
-
 
 def run(config: ServeConfig) -> int:
     # uvicorn's own SIGTERM and SIGINT handling ends server.run() (it drains open requests first).
     configure_logging(config.log_level)
     server = build_server(config)
     try:
-        server.run()
+        with _signals_stop(server):
+            server.run()
     finally:
         stop_background(server)
     return 0
+
+
+@contextlib.contextmanager
+def _signals_stop(server: uvicorn.Server) -> Iterator[None]:
+    """SIGTERM and SIGINT set the server's `should_exit` while this lasts.
+
+    While serving, uvicorn's own handlers take both. After, it puts back the handlers it found and
+    raises the signal it caught once more (its cooperative signal handling, 0.29): with the default
+    ones that would end the process before stop_background runs and the last log lines ("Finished
+    server process") leave the buffer. It finds these instead, which only ask again for the stop
+    already done. Before uvicorn's are in place, they stop the server as uvicorn's would."""
+    if threading.current_thread() is not threading.main_thread():  # only it may set handlers
+        yield
+        return
+
+    def stopping(*_) -> None:
+        server.should_exit = True
+
+    previous = {sig: signal.signal(sig, stopping) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def stop_background(server: WebhookServer) -> None:
@@ -122,11 +140,11 @@ def _uvicorn_config(config: ServeConfig, app, tls: ReloadingContext, metrics: Me
         access_log=False, timeout_keep_alive=75, lifespan="off",
         log_config=None,  # keep the root handler configure_logging set up (dictConfig would close it)
         proxy_headers=False,  # the apiserver calls directly; forwarded headers would only be spoofable
-        # Given so uvicorn serves HTTPS; the context is replaced below with one that reloads.
-        ssl_certfile=str(config.tls_cert), ssl_keyfile=str(config.tls_key),
+        # HTTPS with the context that hands each handshake the newest certificate; uvicorn's
+        # ssl_* settings, read only by the default factory, are not given.
+        ssl_context_factory=lambda _config, _default: tls.listening,
     )
     settings.load()
-    settings.ssl = tls.listening
     return settings
 
 

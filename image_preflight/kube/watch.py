@@ -291,6 +291,11 @@ class ResourceWatcher:
 
 def _set_read_timeout(response, seconds: float) -> None:
     """Change how long each read of an open response may wait (the client fixes it per request)."""
+    # On the socket under urllib3's response: `connection.sock` is http.client's attribute, outside
+    # urllib3's connection interface. Neither urllib3 nor the client changes the read timeout of a
+    # response already streaming, and a watch's bound shrinks at its first bookmark
+    # (SILENCE_TIMEOUT_S). tests/shells/test_node_watch.py
+    # (test_urllib3_still_lets_a_streaming_watch_change_its_read_timeout) fails if that moves.
     sock = getattr(getattr(response, "connection", None), "sock", None)
     if sock is not None:
         sock.settimeout(seconds)

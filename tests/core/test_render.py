@@ -2,6 +2,7 @@
 
 import json
 
+import jinja2
 import pytest
 import yaml
 
@@ -72,6 +73,33 @@ def test_unknown_top_level_variable_is_not_blamed_on_the_row():
     rendered = template.render({"image_name": "img"})
     assert image_of(rendered) == "img:1"
     assert rendered["spec"]["ttlSecondsAfterFinished"] == 1
+
+
+def test_jinja_still_marks_an_undefined_without_an_owner_as_render_relies_on():
+    """scanner/render.py tells a variable the template lacks from a field a value lacks by
+    Undefined._undefined_obj: Jinja's internal `missing` sentinel when there is no owner, the owner
+    (None too) otherwise. A Jinja release that changes either fails here, not as a row blamed for
+    the template's own variable, or a null parent's field printed unnoticed."""
+    from jinja2.utils import missing
+
+    printed: list[tuple[object, object]] = []
+
+    class Recording(jinja2.Undefined):
+        __slots__ = ()
+
+        def __str__(self) -> str:
+            printed.append((self._undefined_obj, self._undefined_name))
+            return ""
+
+    row: dict = {"a": None}
+    jinja2.Environment(undefined=Recording).from_string(
+        "{{ nope }}{{ input.absent }}{{ input['key'] }}{{ input.a.b }}").render(input=row)
+    (variable, name), *fields = printed
+    assert variable is missing and name == "nope"
+    assert [(owner is row, field) for owner, field in fields[:2]] == [(True, "absent"), (True, "key")]
+    assert fields[2][0] is None and fields[2][1] == "b"
+    template = JobTemplate(job_template("img:1", extra="  ttl: {{ nope }}{{ input.a.b }}{{ input.note }}\n"))
+    assert template.render_job(row)[1] == ("input.a.b", "input.note")
 
 
 @pytest.mark.parametrize(

@@ -5,11 +5,15 @@ tests/cluster/test_cluster_node_watch.py."""
 
 from __future__ import annotations
 
+import socket
 import time
 from typing import Callable, Iterator
 
 import pytest
+from kubernetes.client import CoreV1Api
+from urllib3.exceptions import ReadTimeoutError
 
+from image_preflight.kube.watch import _set_read_timeout
 from tests.builders.nodes import kube_node, library_images
 from tests.fake_apiserver import FakeApiServer
 from tests.node_watch_helpers import RecordingSink, Running, Watchers, wait_until
@@ -149,6 +153,26 @@ def test_before_its_first_bookmark_a_watch_may_be_silent_until_its_timeout(fake_
     assert time.monotonic() - opened > bound - 0.3
     assert run.restarts == ["silent"]
     assert len(list_calls(fake_apiserver)) == 1
+
+
+def test_urllib3_still_lets_a_streaming_watch_change_its_read_timeout(fake_apiserver, fake_api_client):
+    """kube/watch.py gives an open watch a read timeout other than its request's, through the socket
+    under urllib3's response (response.connection.sock; no public call does it). A urllib3 release
+    that moves it fails here, rather than as quiet watches dropped before their first bookmark."""
+    since = fake_apiserver.put_object("nodes", kube_node("a", IMAGES))["metadata"]["resourceVersion"]
+    fake_apiserver.silence_next_watches(1)  # answered, then says nothing
+    response = CoreV1Api(fake_api_client).list_node(watch=True, resource_version=since, _preload_content=False,
+                                                    _request_timeout=(5, 0.3))
+    try:
+        assert isinstance(response.connection.sock, socket.socket)
+        _set_read_timeout(response, 1.5)
+        started = time.monotonic()
+        with pytest.raises(ReadTimeoutError):
+            next(response.stream(amt=None))
+        assert 1.2 < time.monotonic() - started < 5  # the new bound, not the request's 0.3 s
+    finally:
+        response.close()
+        response.release_conn()
 
 
 def test_bookmarks_keep_a_quiet_watch_open(fake_apiserver, start_watcher):

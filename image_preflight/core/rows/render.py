@@ -18,6 +18,13 @@ from typing import Any, overload
 import jinja2
 import yaml
 from jinja2 import nodes
+
+# Jinja's sentinel for "no value", outside its public names: an Undefined made for a variable of
+# the template (`{{ nope }}`) holds it as `_undefined_obj`, one made for a field of a value holds
+# that value, None included (`input.a.b` with a null `a`). Jinja's docs describe `_undefined_obj`
+# and `_undefined_name` for Undefined subclasses, but give None for "no owner", which a null
+# parent also is; no public name or call tells the two apart. tests/scanner/test_render.py
+# (test_jinja_still_marks_an_undefined_without_an_owner_as_render_relies_on) fails if that moves.
 from jinja2.utils import missing as _NO_PARENT
 
 from image_preflight.core.decide.workloads import WorkloadError, deciding_fields, pod_spec_of
