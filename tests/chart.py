@@ -54,10 +54,23 @@ def template(values: Mapping | None = None, *, case: str | None = None, namespac
              ) -> subprocess.CompletedProcess:
     """`helm template` of the chart as release image-preflight: a ci/ case's values, then `values`."""
     command = [helm_binary(helm), "template", RELEASE, str(CHART), "--namespace", namespace]
-    if case is not None:
-        command += ["--values", str(case_file(case))]
     if not hooks:
         command += ["--no-hooks", "--skip-tests"]
+    return _run(command, values, case, check)
+
+
+def notes(values: Mapping | None = None, *, case: str | None = None, namespace: str = NAMESPACE) -> str:
+    """The chart's NOTES.txt as `helm install` prints it: `helm template` leaves it out, and Helm 3's
+    dry run needs a cluster, so Helm 4's client-side dry run renders it."""
+    command = [helm_binary("helm4"), "install", RELEASE, str(CHART), "--namespace", namespace,
+               "--dry-run=client", "--output", "json"]
+    return json.loads(_run(command, values, case, True).stdout)["info"]["notes"]
+
+
+def _run(command: list[str], values: Mapping | None, case: str | None, check: bool) -> subprocess.CompletedProcess:
+    """`command` with a ci/ case's values, then `values`."""
+    if case is not None:
+        command += ["--values", str(case_file(case))]
     with tempfile.NamedTemporaryFile("w", suffix=".json") as given:
         if values:
             json.dump(values, given)
