@@ -169,7 +169,8 @@ def test_with_the_webhook_unreachable_the_watchdog_fails_the_job_and_the_rollout
         (rollout,) = agl.enqueue([ABSENT])
         status = agl.wait_state(rollout, {"failed", "succeeded"}, timeout_s=POLL_S + GRACE_S + 60)
     FIGURES["enqueue to FAILED, watchdog (grace 3 s)"] = time.monotonic() - start
-    # Its watch reports "Job failed" when it sees the Job controller's FailureTarget first.
+    # "Job failed" from agent-lightning's poll, on status.failed > 0, which the Job controller sets
+    # while FailureTarget stands, before Failed; "Job failed: DeadlineExceeded" from its watch, on Failed.
     assert status["state"] == "failed" and status["error_message"].startswith("Job failed"), status
     (job,) = _jobs_of(agl, rollout)
     assert job_failure.ANNOTATION in (job.metadata.annotations or {})

@@ -4,8 +4,11 @@ annotation recording it, and the Event people read. Pure; the watchdog's shell s
 Why `spec.activeDeadlineSeconds: 0` (pkg/controller/job/job_controller.go, Kubernetes 1.37):
 - it is the Job API's own way to end a Job as failed: a spec change bumps the generation, `updateJob`
   syncs the Job at once, `pastActiveDeadline` holds (time since `status.startTime` >= 0 s), and
-  `syncJob` sets FailureTarget, deletes the active Pods and, once they are gone, `Failed` with reason
-  `DeadlineExceeded`, the condition agent-lightning's controller waits for;
+  `syncJob` sets FailureTarget, deletes the active Pods (counting them in `status.failed`) and, once
+  they are gone, `Failed` with reason `DeadlineExceeded`. agent-lightning's controller
+  (agentlightning/controller/k8s_reconciler.py) fails the rollout on whichever it sees first: its
+  poll (`_reconcile_once`) on `status.failed > 0` or the Failed condition, its watch
+  (`_handle_job_event`) on the Failed condition;
 - 0 passes validation (pkg/apis/batch/validation: `ValidateNonnegativeField`) and needs no clock:
   any other value compares our clock with the controller's;
 - the alternatives fail worse: deleting the Pod counts against backoffLimit and is retried (only
