@@ -13,7 +13,7 @@ from image_preflight.agent.config import AgentConfig
 from image_preflight.agent.cri import ImageClient
 from image_preflight.agent.inventory import image_dicts, node_images_object, sandbox_image_report
 from image_preflight.core.sources.runtime_lists import image_hashes
-from image_preflight.service import Stops, configure_logging, serve_metrics, until_signalled
+from image_preflight.service import Signals, Stops, configure_logging, serve_metrics
 
 log = logging.getLogger("image_preflight.agent")
 
@@ -40,13 +40,14 @@ def _print(images: ImageClient, config: AgentConfig) -> int:
 def _publish(images: ImageClient, config: AgentConfig) -> int:
     configure_logging(config.log_level)
     stops = Stops()
-    try:
-        agent = _start(images, config, stops)
-        log.info("publishing %s from %s every %g s%s, lease %d s", agent.publisher.where, images.endpoint,
-                 config.interval, " and on image events" if config.image_events else "", config.lease)
-        stopped = until_signalled(agent.run, "agent", wake=agent.wake)  # BrokenLoopError: the CLI says it
-    finally:
-        stops.close()
+    with Signals() as signals:
+        try:
+            agent = _start(images, config, stops)
+            log.info("publishing %s from %s every %g s%s, lease %d s", agent.publisher.where, images.endpoint,
+                     config.interval, " and on image events" if config.image_events else "", config.lease)
+            stopped = signals.run(agent.run, "agent", wake=agent.wake)  # BrokenLoopError: the CLI says it
+        finally:
+            stops.close()
     if stopped:
         log.info("stopped")
         return 0

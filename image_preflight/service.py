@@ -171,39 +171,63 @@ def serve_metrics(port: int, host: str, registry, stops: Stops) -> None:
     stops.add(stop)
 
 
-def until_signalled(work: Callable[[threading.Event], object], name: str,
-                    wake: Callable[[], None] | None = None) -> object:
-    """Run `work(stop)` in a thread until it returns; SIGTERM and SIGINT set `stop` and call `wake`
-    (for a loop that waits on its own condition). The main thread only joins, so a handler never
-    interrupts code holding a lock; the handlers are restored after. BrokenLoopError when `work`
-    ends on an exception: every face that runs a loop here fails alike, as the CLI says it."""
-    stop = threading.Event()
-    done: list[object] = []
-    failed: list[BaseException] = []
+class Signals:
+    """SIGTERM and SIGINT, from the moment a face begins to start until it has stopped: each sets
+    `stopped` and calls every wake given to on_stop (for a loop that waits on its own condition).
+    Installed before anything answers, so a signal that comes as soon as /metrics does still stops
+    the face cleanly; the previous handlers are put back on exit. Only the main thread may set
+    handlers: elsewhere (a face run inside a test) nothing is installed."""
 
-    def run() -> None:
-        try:
-            done.append(work(stop))
-        except BaseException as exc:  # noqa: BLE001 - raised again in the main thread, as BrokenLoopError
-            log.exception("the %s loop failed", name)  # the traceback, as one JSON line with the others
-            failed.append(exc)
+    def __init__(self) -> None:
+        self.stopped = threading.Event()
+        self._wakes: list[Callable[[], object]] = []
+        self._previous: dict[int, object] = {}
 
-    worker = threading.Thread(target=run, name=name, daemon=True)
+    def __enter__(self) -> Signals:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._stopping) for sig in (signal.SIGTERM, signal.SIGINT)}
+        return self
 
-    def stopping(*_) -> None:
-        stop.set()
-        if wake is not None:
+    def __exit__(self, *_) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]  # what signal.signal returned
+        self._previous = {}
+
+    def on_stop(self, wake: Callable[[], object]) -> None:
+        """Call `wake` when a signal comes (at once if one came already)."""
+        self._wakes.append(wake)
+        if self.stopped.is_set():
             wake()
 
-    previous = {sig: signal.signal(sig, stopping) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    def _stopping(self, *_) -> None:
+        self.stopped.set()
+        for wake in list(self._wakes):
+            wake()
+
+    def run(self, work: Callable[[threading.Event], object], name: str,
+            wake: Callable[[], None] | None = None) -> object:
+        """Run `work(stopped)` in a thread until it returns; a signal sets `stopped` and calls
+        `wake`. The main thread only joins, so a handler never interrupts code holding a lock.
+        BrokenLoopError when `work` ends on an exception: every face that runs a loop here fails
+        alike, as the CLI says it."""
+        done: list[object] = []
+        failed: list[BaseException] = []
+
+        def loop() -> None:
+            try:
+                done.append(work(self.stopped))
+            except BaseException as exc:  # noqa: BLE001 - raised again in the main thread, as BrokenLoopError
+                log.exception("the %s loop failed", name)  # the traceback, as one JSON line with the others
+                failed.append(exc)
+
+        if wake is not None:
+            self.on_stop(wake)
+        worker = threading.Thread(target=loop, name=name, daemon=True)
         worker.start()
         while worker.is_alive():
             worker.join(1.0)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    if failed:
-        said = " ".join(f"{type(failed[0]).__name__}: {failed[0]}".split())
-        raise BrokenLoopError(f"the {name} loop ended unexpectedly ({said}; its traceback is logged)") from failed[0]
-    return done[0]
+        if failed:
+            said = " ".join(f"{type(failed[0]).__name__}: {failed[0]}".split())
+            raise BrokenLoopError(
+                f"the {name} loop ended unexpectedly ({said}; its traceback is logged)") from failed[0]
+        return done[0]

@@ -9,7 +9,7 @@ import socket
 
 from image_preflight.core.watchdog.stalls import Stalls
 from image_preflight.kube.write_policies import require
-from image_preflight.service import Stops, configure_logging, serve_metrics, until_signalled
+from image_preflight.service import Signals, Stops, configure_logging, serve_metrics
 from image_preflight.watchdog.actions import Actions
 from image_preflight.watchdog.config import WatchdogConfig
 from image_preflight.watchdog.metrics import Metrics
@@ -27,11 +27,12 @@ SANDBOX_FAILURES = "involvedObject.kind=Pod,reason=FailedCreatePodSandBox"
 def run(config: WatchdogConfig) -> int:
     configure_logging(config.log_level)
     stops = Stops()
-    try:
-        watchdog = start(config, stops)
-        until_signalled(watchdog.run, "watchdog", wake=watchdog.wake)
-    finally:
-        stops.close()
+    with Signals() as signals:
+        try:
+            watchdog = start(config, stops)
+            signals.run(watchdog.run, "watchdog", wake=watchdog.wake)
+        finally:
+            stops.close()
     return 0
 
 

@@ -4,18 +4,14 @@ The runner: webhook/config.py holds the flags and the config they map onto."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import signal
 import ssl
-import threading
 import time
-from collections.abc import Iterator
 
 import uvicorn
 
 from image_preflight.errors import InputError
-from image_preflight.service import Stops, configure_logging, line_writer, serve_metrics
+from image_preflight.service import Signals, Stops, configure_logging, line_writer, serve_metrics
 from image_preflight.webhook.app import WebhookState, create_app
 from image_preflight.webhook.config import ServeConfig
 from image_preflight.webhook.limits import connection_bound, raise_open_files_limit
@@ -38,41 +34,27 @@ class WebhookServer(uvicorn.Server):
         self.tls = tls
         self.background = background
 
+    def stop(self) -> None:
+        """End run() as uvicorn's own SIGTERM handling does."""
+        self.should_exit = True
+
 
 def run(config: ServeConfig) -> int:
-    # uvicorn's own SIGTERM and SIGINT handling ends server.run() (it drains open requests first).
     configure_logging(config.log_level)
-    server = build_server(config)
-    try:
-        with _signals_stop(server):
+    # SIGTERM and SIGINT stop the server from before /metrics answers. While serving, uvicorn's own
+    # handlers take both (it drains open requests first); after, it puts back the handlers it found
+    # and raises the signal it caught once more (its cooperative signal handling, 0.29). With the
+    # default ones that would end the process before stop_background runs and the last log lines
+    # ("Finished server process") leave the buffer; it finds Signals' instead, which only ask
+    # again for the stop already done.
+    with Signals() as signals:
+        server = build_server(config)
+        signals.on_stop(server.stop)
+        try:
             server.run()
-    finally:
-        stop_background(server)
+        finally:
+            stop_background(server)
     return 0
-
-
-@contextlib.contextmanager
-def _signals_stop(server: uvicorn.Server) -> Iterator[None]:
-    """SIGTERM and SIGINT set the server's `should_exit` while this lasts.
-
-    While serving, uvicorn's own handlers take both. After, it puts back the handlers it found and
-    raises the signal it caught once more (its cooperative signal handling, 0.29): with the default
-    ones that would end the process before stop_background runs and the last log lines ("Finished
-    server process") leave the buffer. It finds these instead, which only ask again for the stop
-    already done. Before uvicorn's are in place, they stop the server as uvicorn's would."""
-    if threading.current_thread() is not threading.main_thread():  # only it may set handlers
-        yield
-        return
-
-    def stopping(*_) -> None:
-        server.should_exit = True
-
-    previous = {sig: signal.signal(sig, stopping) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def stop_background(server: WebhookServer) -> None:

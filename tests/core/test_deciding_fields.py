@@ -131,6 +131,13 @@ def test_mounts_are_read_only_beside_an_image_volume():
     remounted["containers"][0]["volumeMounts"] = [{"name": "scratch", "mountPath": "/s"}]
     assert deciding_fields(remounted) == deciding_fields(plain)
     assert _views(remounted) == _views(plain) and not _update_decided(plain, remounted)
+    # Nor in a pod without volumes at all.
+    bare = _changed(lambda spec: spec.pop("volumes"))
+    unmounted = copy.deepcopy(bare)
+    for container in (*unmounted["initContainers"], *unmounted["containers"]):
+        container.pop("volumeMounts", None)
+    assert deciding_fields(unmounted) == deciding_fields(bare)
+    assert _views(unmounted) == _views(bare) and not _update_decided(bare, unmounted)
 
 
 def test_deciding_the_deciding_fields_decides_the_whole_spec():

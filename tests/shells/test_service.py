@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from image_preflight.errors import BrokenLoopError, UnavailableError
-from image_preflight.service import BufferedStderrHandler, JsonLines, Stops, rfc3339, serve_metrics, until_signalled
+from image_preflight.service import BufferedStderrHandler, JsonLines, Signals, Stops, rfc3339, serve_metrics
 
 
 def _record(message: str, *args, level: int = logging.INFO) -> logging.LogRecord:
@@ -104,7 +104,20 @@ def test_sigterm_stops_the_work_wakes_it_and_the_handlers_are_restored():
         woken.wait(10)  # a loop waiting on its own condition: only `wake` ends this wait
         return "stopped" if stop.is_set() else "not stopped"
 
-    assert until_signalled(work, "test", wake=woken.set) == "stopped"
+    with Signals() as signals:
+        assert signals.run(work, "test", wake=woken.set) == "stopped"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_signal_while_the_face_starts_stops_its_loop_as_soon_as_it_runs():
+    before = signal.getsignal(signal.SIGTERM)
+    woken = threading.Event()
+    with Signals() as signals:
+        os.kill(os.getpid(), signal.SIGTERM)  # as soon as /metrics answers, before the loop runs
+        assert signals.stopped.wait(5)
+        signals.on_stop(woken.set)  # a wake given after the signal is called at once
+        assert woken.is_set()
+        assert signals.run(lambda stop: stop.is_set(), "test") is True
     assert signal.getsignal(signal.SIGTERM) is before
 
 
@@ -115,7 +128,8 @@ def test_a_loop_that_raises_is_a_broken_loop_error_in_one_line_its_traceback_log
         raise ValueError("no such\nfield")  # one line all the same
 
     with caplog.at_level(logging.ERROR, logger="image_preflight.service"), pytest.raises(BrokenLoopError) as raised:
-        until_signalled(work, "test")
+        with Signals() as signals:
+            signals.run(work, "test")
     assert str(raised.value) == "the test loop ended unexpectedly (ValueError: no such field; its traceback is logged)"
     assert isinstance(raised.value.__cause__, ValueError)
     (record,) = caplog.records

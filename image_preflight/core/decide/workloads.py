@@ -104,7 +104,7 @@ def container_images(spec: Mapping[str, Any]) -> list[ContainerImage]:
     # before it starts a container, but a failed pull holds back only the containers that mount that
     # volume (pkg/kubelet/kuberuntime/kuberuntime_manager.go, getImageVolumes and
     # toKubeContainerImageVolumes): one no container mounts makes no pod wait.
-    mounted = _mounted(spec)
+    mounted: set[str] | None = None  # read at the first image volume: most pods have none
     for index, entry in _entries(spec, VOLUMES):
         volume = as_mapping(entry)
         source = volume.get("image")
@@ -114,6 +114,8 @@ def container_images(spec: Mapping[str, Any]) -> list[ContainerImage]:
         if not isinstance(source, Mapping):
             raise WorkloadError(f"{where}: not a mapping")
         image = _image(where, source, "reference", "pullPolicy", VOLUMES, volume.get("name"), index)
+        if mounted is None:
+            mounted = _mounted(spec)
         if volume.get("name") in mounted:
             found.append(image)
     return found
@@ -143,7 +145,7 @@ def deciding_fields(spec: Mapping[str, Any]) -> dict[str, Any]:
     if VOLUMES in spec:
         fields[VOLUMES] = [_image_volume(v) for v in volumes] if isinstance(volumes, list) else volumes
     # Which volumes the containers mount matters only when one of them is an image volume.
-    mounts = not isinstance(volumes, list) or any(fields[VOLUMES])
+    mounts = VOLUMES in spec and (not isinstance(volumes, list) or any(fields[VOLUMES]))
     for field in CONTAINER_FIELDS:
         if field in spec:
             fields[field] = _only(spec[field], ("name", "image", "imagePullPolicy"), mounts=mounts)
