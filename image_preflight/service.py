@@ -21,6 +21,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from image_preflight.errors import BrokenLoopError, UnavailableError
 from image_preflight.files.poll import Poller
@@ -181,7 +182,7 @@ class Signals:
     def __init__(self) -> None:
         self.stopped = threading.Event()
         self._wakes: list[Callable[[], object]] = []
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Any] = {}  # what signal.signal returned, to give back
 
     def __enter__(self) -> Signals:
         if threading.current_thread() is threading.main_thread():
@@ -190,7 +191,7 @@ class Signals:
 
     def __exit__(self, *_) -> None:
         for sig, handler in self._previous.items():
-            signal.signal(sig, handler)  # type: ignore[arg-type]  # what signal.signal returned
+            signal.signal(sig, handler)
         self._previous = {}
 
     def on_stop(self, wake: Callable[[], object]) -> None:
