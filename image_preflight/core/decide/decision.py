@@ -10,7 +10,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from image_preflight.core.decide.inventory import Inventory, NodeImages, image_key, is_image_id
-from image_preflight.core.decide.memory import window
+from image_preflight.core.decide.memory import Memory, window
 from image_preflight.core.decide.references import InvalidReference
 from image_preflight.core.decide.runtime_classes import RuntimeClassConflict, with_runtime_class
 from image_preflight.core.decide.scheduling import PodPlacement, as_daemon, unschedulable_reason
@@ -170,7 +170,7 @@ def eligible_nodes(placement: PodPlacement, inventory: Inventory) -> tuple[list[
 def _eligible(placement: PodPlacement, inventory: Inventory) -> Eligible:
     """Remembered per inventory and placement: the scheduler's filters run once for all the pods
     that share a placement (rollout Jobs do), and again only where nodes changed."""
-    return inventory.memory.placement(placement, lambda: _eligible_at(placement, inventory, None, ()),
+    return memory_of(inventory).placement(placement, lambda: _eligible_at(placement, inventory, None, ()),
                                       lambda earlier, changed: _eligible_at(placement, inventory, earlier, changed))
 
 
@@ -226,7 +226,12 @@ def decide(
 ) -> Decision:
     """`spec` is the pod spec of a `kind` object. Raises WorkloadError or SchedulingSpecError when
     the spec cannot be read. Remembered per inventory (see image_preflight.core.decide.memory)."""
-    return inventory.memory.decision(spec, kind, require, now, lambda: _decide(spec, inventory, require, now, kind))
+    return memory_of(inventory).decision(spec, kind, require, now, lambda: _decide(spec, inventory, require, now, kind))
+
+
+def memory_of(inventory: Inventory) -> Memory[Decision, Eligible]:
+    """What decisions on `inventory` remember (image_preflight.core.decide.memory)."""
+    return inventory.memory
 
 
 def _decide(spec: Mapping[str, Any], inventory: Inventory, require: str, now: float | None,

@@ -17,13 +17,10 @@ asking every list, as before.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from collections.abc import Container, Iterable, Sequence
+from typing import Protocol, runtime_checkable
 
 import numpy as np
-
-if TYPE_CHECKING:  # inventory.py builds and carries an index per Inventory
-    from image_preflight.core.decide.inventory import NodeImages
 
 INDEXED_FROM = 64  # nodes: below this, asking each list is as fast as the index
 # Places asked on their own before the index is rebuilt: a rebuild costs about 0.1 µs a name held.
@@ -40,6 +37,13 @@ class Tokenized(Protocol):
     def tokens(self) -> np.ndarray: ...
 
     def token_of(self, key: str) -> int | None: ...
+
+
+class Listed(Protocol):
+    """A node's list, as far as the index reads it (inventory.NodeImages): its names."""
+
+    @property
+    def refs(self) -> Container[str]: ...
 
 
 class Rows:
@@ -77,7 +81,7 @@ class HolderIndex:
         """Whether asking the places changed since it was built costs more than building it afresh."""
         return len(self.asked) - self.unindexed > max(MIN_MARKED, self.size * MAX_MARKED_SHARE)
 
-    def held(self, nodes: Sequence[NodeImages], key: str) -> np.ndarray:
+    def held(self, nodes: Sequence[Listed], key: str) -> np.ndarray:
         """A mask over `nodes` (the inventory's, in their places): which lists hold `key`. `key` is
         an image_key() other than an image ID."""
         mask = np.zeros(self.size, dtype=bool)
@@ -93,7 +97,7 @@ class HolderIndex:
         return HolderIndex(size, self.kinds, self.asked.union(changed, range(self.size, size)), self.unindexed)
 
 
-def build(nodes: Sequence[NodeImages]) -> HolderIndex:
+def build(nodes: Sequence[Listed]) -> HolderIndex:
     """The index of these lists (Inventory.nodes)."""
     by_kind: dict[type, list[tuple[int, np.ndarray]]] = {}
     probes: dict[type, Tokenized] = {}

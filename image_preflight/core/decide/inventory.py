@@ -13,7 +13,6 @@ from image_preflight.core.decide.runtime_classes import RuntimeClassScheduling
 from image_preflight.core.decide.scheduling import NodeTraits
 
 if TYPE_CHECKING:  # holders.py needs numpy, which the faces that only read flags should not load
-    from image_preflight.core.decide.decision import Decision
     from image_preflight.core.decide.holders import HolderIndex
 
 DEFAULT_MAX_IMAGES = 50  # KubeletConfiguration.nodeStatusMaxImages
@@ -177,7 +176,9 @@ class Inventory:
         # The cluster's RuntimeClasses by name; a pod naming one not here is undecidable.
         self.runtime_classes: Mapping[str, RuntimeClassScheduling] = dict(runtime_classes or {})
         self._by_name: Mapping[str, NodeImages] = {n.node: n for n in self.nodes}
-        self.memory = Memory()
+        # decision.py's Decisions and Eligibles, typed where it reads them (decision.memory_of):
+        # what it decides on this inventory, which the inventory does not know of.
+        self.memory: Memory[Any, Any] = Memory()
         self._index: HolderIndex | None = None
 
     def holder_index(self) -> HolderIndex | None:
@@ -200,7 +201,7 @@ class Inventory:
         return f"Inventory(nodes={self.nodes!r}, runtime_classes={dict(self.runtime_classes)!r})"
 
     @property
-    def decisions(self) -> dict[DecisionKey, tuple[Decision, float, float]]:
+    def decisions(self) -> dict[DecisionKey, tuple[Any, float, float]]:
         """The decisions remembered about this inventory."""
         return self.memory.decisions
 

@@ -30,14 +30,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from image_preflight.core.decide.scheduling import PodPlacement
 from image_preflight.core.decide.workloads import deciding_fields
 
-if TYPE_CHECKING:  # inventory.py holds a Memory in each Inventory, decision.py fills it
-    from image_preflight.core.decide.decision import Decision, Eligible
-    from image_preflight.core.decide.inventory import NodeImages
+# What is remembered, as decision.py makes it: a Decision, and what a placement finds (Eligible).
+# Each Inventory holds a Memory and decision.py fills it, so the memory names neither.
+D = TypeVar("D")
+E = TypeVar("E")
 
 PLACEMENTS = 1024  # distinct placements remembered per inventory
 PLACEMENT_CHARACTERS = 4096  # ... each of at most this many characters: they stay under ~8 MiB
@@ -49,22 +50,28 @@ KEY_CHARACTERS = 4096  # a spec whose deciding fields' repr is longer is decided
 DecisionKey = tuple[str, str, bool, str]
 
 
-class Memory:
-    """One inventory's remembered placements and decisions."""
+class Proving(Protocol):
+    """A node list, as far as a window reads it (inventory.NodeImages)."""
+
+    def proving(self) -> tuple[float, float]: ...
+
+
+class Memory(Generic[D, E]):
+    """One inventory's remembered placements (E) and decisions (D)."""
 
     __slots__ = ("placements", "decisions", "earlier")
 
     def __init__(self) -> None:
-        self.placements: dict[PodPlacement, Eligible] = {}  # placement -> what find() gave
+        self.placements: dict[PodPlacement, E] = {}  # placement -> what find() gave
         # key_of() -> (decision, start, end): holds for now in [start, end)
-        self.decisions: dict[DecisionKey, tuple[Decision, float, float]] = {}
+        self.decisions: dict[DecisionKey, tuple[D, float, float]] = {}
         # placement -> (what find() gave on an earlier inventory of the same places, the places
         # whose nodes changed their traits or sandbox report since, or came after them): found
         # again by looking at those places alone (moved).
-        self.earlier: dict[PodPlacement, tuple[Eligible, frozenset[int]]] = {}
+        self.earlier: dict[PodPlacement, tuple[E, frozenset[int]]] = {}
 
-    def placement(self, placement: PodPlacement, find: Callable[[], Eligible],
-                  refind: Callable[[Eligible, frozenset[int]], Eligible] | None = None) -> Eligible:
+    def placement(self, placement: PodPlacement, find: Callable[[], E],
+                  refind: Callable[[E, frozenset[int]], E] | None = None) -> E:
         """What find() gives for `placement`, found once per placement, or by refind() from what an
         earlier inventory found and the places changed since; a freak placement (more than
         PLACEMENT_CHARACTERS of text) is found every time without being remembered."""
@@ -79,7 +86,7 @@ class Memory:
         return found
 
     def decision(self, spec: Mapping[str, Any], kind: str, require: str, now: float | None,
-                 decide: Callable[[], tuple[Decision, tuple[float, float]]]) -> Decision:
+                 decide: Callable[[], tuple[D, tuple[float, float]]]) -> D:
         """What decide() gives for `spec`, remembered while it holds: decide() returns it with the
         times between which it holds (window)."""
         try:
@@ -97,20 +104,20 @@ class Memory:
         self.decisions[key] = (decision, start, end)
         return decision
 
-    def placed(self) -> Memory:
+    def placed(self) -> Memory[D, E]:
         """A memory of these placements alone: for an inventory whose lists changed their names
         but not where any placement finds them (NodeImages.places_as)."""
-        memory = Memory()
+        memory: Memory[D, E] = Memory()
         memory.placements, memory.earlier = dict(self.placements), dict(self.earlier)
         return memory
 
-    def moved(self, places: Iterable[int]) -> Memory:
+    def moved(self, places: Iterable[int]) -> Memory[D, E]:
         """A memory for an inventory whose nodes at `places` changed where a placement may find
         them (their traits or sandbox report), or were added there, and no node left: each
         placement is found again by looking at the places changed since it was found (a Node's
         taint added or lifted at 5,000 nodes costs the next review one node's filters, not 5,000)."""
         changed = frozenset(places)
-        memory = Memory()
+        memory: Memory[D, E] = Memory()
         # Copies to walk: requests still find placements on the inventory being replaced, adding to them.
         placements = dict(self.placements)
         for placement, (found, before) in list(self.earlier.items()):
@@ -121,7 +128,7 @@ class Memory:
                 memory.earlier[placement] = (found, changed)
         return memory
 
-    def renewed(self, leases: Iterable[tuple[tuple[float, float], tuple[float, float]]]) -> Memory:
+    def renewed(self, leases: Iterable[tuple[tuple[float, float], tuple[float, float]]]) -> Memory[D, E]:
         """The decisions still true once some node lists had their leases renewed, and nothing else
         changed: `leases` gives, for each such list, when it proved anything before and after
         (NodeImages.proving).
@@ -133,7 +140,7 @@ class Memory:
         the decision never read that clock, and the renewal leaves it as it was. Placements stay: a
         renewal changes no node's traits, and moves none from its place among the inventory's nodes.
         """
-        memory = Memory()
+        memory: Memory[D, E] = Memory()
         memory.placements, memory.earlier = dict(self.placements), dict(self.earlier)
         leases = list(leases)
         # A copy to walk: requests still decide on the inventory being replaced, adding to it.
@@ -149,7 +156,7 @@ class Memory:
         return memory
 
 
-def window(nodes: Iterable[NodeImages], now: float | None) -> tuple[float, float]:
+def window(nodes: Iterable[Proving], now: float | None) -> tuple[float, float]:
     """The times around `now` in which each of `nodes` proves something throughout or nothing
     throughout (NodeImages.current), so a decision made at `now` that read only their clocks
     holds for any time in [start, end). No clock (None): for ever."""
