@@ -45,7 +45,8 @@ def _publish(images: ImageClient, config: AgentConfig) -> int:
             agent = _start(images, config, stops)
             log.info("publishing %s from %s every %g s%s, lease %d s", agent.publisher.where, images.endpoint,
                      config.interval, " and on image events" if config.image_events else "", config.lease)
-            stopped = signals.run(agent.run, "agent", wake=agent.wake)  # BrokenLoopError: the CLI says it
+            signals.on_stop(agent.wake)
+            stopped = signals.run(agent.run, "agent")  # BrokenLoopError: the CLI says it
         finally:
             stops.close()
     if stopped:

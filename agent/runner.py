@@ -129,7 +129,7 @@ class Agent:
         return report
 
     def run(self, stop: threading.Event) -> bool:
-        """Cycle until `stop` is set (then call `wake`: Signals.run does), True; or until the
+        """Cycle until `stop` is set (then call `wake`: Signals.on_stop does), True; or until the
         runtime has failed `exit_after_failures` cycles in a row, False (0 never gives up)."""
         if self.image_events:
             self.events = ImageEvents(self.images.endpoint, self.wake, on_unavailable=self._events_unavailable)

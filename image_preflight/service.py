@@ -205,10 +205,10 @@ class Signals:
         for wake in list(self._wakes):
             wake()
 
-    def run(self, work: Callable[[threading.Event], object], name: str,
-            wake: Callable[[], None] | None = None) -> object:
-        """Run `work(stopped)` in a thread until it returns; a signal sets `stopped` and calls
-        `wake`. The main thread only joins, so a handler never interrupts code holding a lock.
+    def run(self, work: Callable[[threading.Event], object], name: str) -> object:
+        """Run `work(stopped)` in a thread until it returns (a loop that waits on its own condition
+        gives its wake to on_stop first). The main thread only joins, so a handler never interrupts
+        code holding a lock.
         BrokenLoopError when `work` ends on an exception: every face that runs a loop here fails
         alike, as the CLI says it."""
         done: list[object] = []
@@ -221,8 +221,6 @@ class Signals:
                 log.exception("the %s loop failed", name)  # the traceback, as one JSON line with the others
                 failed.append(exc)
 
-        if wake is not None:
-            self.on_stop(wake)
         worker = threading.Thread(target=loop, name=name, daemon=True)
         worker.start()
         while worker.is_alive():

@@ -30,7 +30,8 @@ def run(config: WatchdogConfig) -> int:
     with Signals() as signals:
         try:
             watchdog = start(config, stops)
-            signals.run(watchdog.run, "watchdog", wake=watchdog.wake)
+            signals.on_stop(watchdog.wake)
+            signals.run(watchdog.run, "watchdog")
         finally:
             stops.close()
     return 0

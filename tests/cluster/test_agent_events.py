@@ -143,7 +143,7 @@ def test_stop_ends_the_subscription_at_once(containerd, agents):
     agent, stop, thread = agents(containerd.endpoint)
     wait_until(lambda: agent.events is not None and agent.events.subscriptions == 1, "the agent subscribes")
     stop.set()
-    agent.wake()  # as Signals.run's wake does on SIGTERM
+    agent.wake()  # as Signals.on_stop does on SIGTERM
     assert within(1.0, lambda: not thread.is_alive() and not agent.events.alive, "the agent and its stream end") < 1.0
 
 

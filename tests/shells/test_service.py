@@ -105,7 +105,8 @@ def test_sigterm_stops_the_work_wakes_it_and_the_handlers_are_restored():
         return "stopped" if stop.is_set() else "not stopped"
 
     with Signals() as signals:
-        assert signals.run(work, "test", wake=woken.set) == "stopped"
+        signals.on_stop(woken.set)
+        assert signals.run(work, "test") == "stopped"
     assert signal.getsignal(signal.SIGTERM) is before
 
 

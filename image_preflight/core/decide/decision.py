@@ -127,8 +127,11 @@ class Decision:
             return ImageGroup(verdicts, tuple(v.unknown_on for v in verdicts))
         if status != MISSING:
             return ImageGroup(verdicts, ((),) * len(verdicts))
-        halted = frozenset(self.halted)
-        lacking = [(v, nodes) for v in verdicts if (nodes := tuple(n for n in v.missing_on if n not in halted))]
+        if not self.sandbox_missing:  # every eligible node starts pods: nothing to leave out
+            lacking = [(v, v.missing_on) for v in verdicts if v.missing_on]
+        else:
+            halted = frozenset(self.halted)
+            lacking = [(v, nodes) for v in verdicts if (nodes := tuple(n for n in v.missing_on if n not in halted))]
         return ImageGroup(tuple(v for v, _ in lacking), tuple(nodes for _, nodes in lacking))
 
     @property
